@@ -1,0 +1,172 @@
+"""Broker configuration: a Java-style properties file with Kafka's key names.
+
+Every key the broker understands is listed in DEFAULTS with its default, so a
+typo in a suite's broker config is an error rather than a silently ignored
+setting. Defaults follow the seed design (Kafka 0.8): min ISR 1, unclean
+leader election on, high-watermark truncation.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# key -> default. The type of the default is the type of the setting.
+DEFAULTS: dict[str, Any] = {
+    "broker.id": 0,
+    # Where the broker binds, and what it registers in ZooKeeper for clients.
+    "host.name": "0.0.0.0",
+    "port": 9092,
+    "advertised.host.name": "127.0.0.1",
+    "advertised.port": 0,  # 0: same as port
+    "zookeeper.connect": "127.0.0.1:2181",
+    "zookeeper.session.timeout.ms": 6000,
+    "zookeeper.connection.timeout.ms": 15000,
+    "log.dirs": "/tmp/chaoslog-broker",
+    # Topics
+    "num.partitions": 1,
+    "default.replication.factor": 1,
+    "auto.create.topics.enable": False,
+    # Log storage
+    "log.segment.bytes": 64 * 1024 * 1024,
+    "log.index.interval.bytes": 4096,
+    "log.retention.bytes": -1,
+    "log.retention.ms": 7 * 24 * 3600 * 1000,
+    "log.retention.check.interval.ms": 60000,
+    "log.flush.interval.messages": 2**63 - 1,  # Kafka: leave durability to replication
+    "log.flush.interval.ms": 2**63 - 1,
+    "replica.high.watermark.checkpoint.interval.ms": 5000,
+    # Replication (seed 000 section G)
+    "min.insync.replicas": 1,
+    "unclean.leader.election.enable": True,
+    "replication.truncation": "hw",  # hw | leader-epoch (KIP-101/KIP-279)
+    "replica.lag.time.max.ms": 10000,
+    "replica.lag.max.messages": 4000,
+    "replica.fetch.wait.max.ms": 500,
+    "replica.fetch.min.bytes": 1,
+    "replica.fetch.max.bytes": 1024 * 1024,
+    "replica.fetch.backoff.ms": 1000,
+    "replica.socket.timeout.ms": 30000,
+    # Requests
+    "socket.request.max.bytes": 100 * 1024 * 1024,
+    "message.max.bytes": 1000012,
+    "request.timeout.ms": 30000,
+    # Controller (seed 000 sections A-F, seed 003)
+    "controller.socket.timeout.ms": 30000,
+    "controller.message.queue.size": 10000,
+    "controlled.shutdown.enable": True,
+    "controlled.shutdown.max.retries": 3,
+    "controlled.shutdown.retry.backoff.ms": 5000,
+    "auto.leader.rebalance.enable": False,
+    "leader.imbalance.per.broker.percentage": 10,
+    "leader.imbalance.check.interval.seconds": 300,
+    "reassignment.agent.interval.ms": 30000,
+    # Harness hook, not a Kafka key: per-peer address overrides so that each
+    # broker-to-broker link can be routed through its own proxy.
+    # Format: "2=127.0.0.1:20012,3=127.0.0.1:20013".
+    "chaoslog.peer.addresses": "",
+}
+
+
+class ConfigError(ValueError):
+    """A broker config that cannot be used; the message says which key and why."""
+
+
+def _convert(key: str, raw: str, default: Any) -> Any:
+    if isinstance(default, bool):
+        low = raw.strip().lower()
+        if low in ("true", "1", "yes"):
+            return True
+        if low in ("false", "0", "no"):
+            return False
+        raise ConfigError(f"{key}={raw!r}: expected true or false")
+    if isinstance(default, int):
+        try:
+            return int(raw.strip())
+        except ValueError:
+            raise ConfigError(f"{key}={raw!r}: expected an integer") from None
+    return raw.strip()
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse `key=value` lines; `#` and `!` start comments."""
+    out: dict[str, str] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if not s or s[0] in "#!":
+            continue
+        if "=" not in s:
+            raise ConfigError(f"line {n}: {line!r} is not key=value")
+        k, v = s.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def render_properties(values: dict[str, Any]) -> str:
+    def fmt(v: Any) -> str:
+        return str(v).lower() if isinstance(v, bool) else str(v)
+
+    return "".join(f"{k}={fmt(v)}\n" for k, v in sorted(values.items()))
+
+
+@dataclass
+class BrokerConfig:
+    values: dict[str, Any] = field(default_factory=lambda: dict(DEFAULTS))
+
+    @classmethod
+    def from_dict(cls, overrides: dict[str, Any]) -> "BrokerConfig":
+        values = dict(DEFAULTS)
+        for k, v in overrides.items():
+            if k not in DEFAULTS:
+                raise ConfigError(f"unknown broker config key {k!r}")
+            values[k] = _convert(k, v, DEFAULTS[k]) if isinstance(v, str) else v
+        cfg = cls(values)
+        cfg.validate()
+        return cfg
+
+    @classmethod
+    def load(cls, path: str | Path) -> "BrokerConfig":
+        try:
+            text = Path(path).read_text()
+        except OSError as e:
+            raise ConfigError(f"cannot read broker config {path}: {e.strerror}") from None
+        try:
+            return cls.from_dict(parse_properties(text))
+        except ConfigError as e:
+            raise ConfigError(f"{path}: {e}") from None
+
+    def validate(self) -> None:
+        if self["replication.truncation"] not in ("hw", "leader-epoch"):
+            raise ConfigError("replication.truncation must be 'hw' or 'leader-epoch'")
+        if self["min.insync.replicas"] < 1:
+            raise ConfigError("min.insync.replicas must be at least 1")
+        if self["broker.id"] < 0:
+            raise ConfigError("broker.id must not be negative")
+        self.peer_addresses()  # parse errors surface now
+
+    def __getitem__(self, key: str) -> Any:
+        return self.values[key]
+
+    @property
+    def broker_id(self) -> int:
+        return self["broker.id"]
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        return self["advertised.host.name"], self["advertised.port"] or self["port"]
+
+    def peer_addresses(self) -> dict[int, tuple[str, int]]:
+        """Parse chaoslog.peer.addresses into {broker_id: (host, port)}."""
+        out: dict[int, tuple[str, int]] = {}
+        for item in filter(None, (s.strip() for s in self["chaoslog.peer.addresses"].split(","))):
+            try:
+                bid, addr = item.split("=", 1)
+                host, port = addr.rsplit(":", 1)
+                out[int(bid)] = (host, int(port))
+            except ValueError:
+                raise ConfigError(
+                    f"chaoslog.peer.addresses: {item!r} is not ID=HOST:PORT") from None
+        return out
+
+    def render(self) -> str:
+        return render_properties(self.values)

@@ -1,0 +1,168 @@
+"""The ZooKeeper layout of the seed design (seed 000, "Paths"), in one place.
+
+Values are JSON. Where the seed is a draft we follow what Apache Kafka 0.8
+shipped and say so:
+
+  /controller                                   ephemeral  {"brokerid", "timestamp"}      (seed path 1)
+  /controller_epoch                             persistent "N"                           (Kafka 0.8)
+  /brokers/ids/[id]                             ephemeral  {"host", "port", "start_epoch"} (seed path 2)
+  /brokers/start_epochs/[id]                    persistent "N", bumped at every broker start
+  /brokers/topics/[topic]                       persistent {"partitions": {"0": [1, 2], ...}} (seed path 3)
+  /brokers/topics/[topic]/[p]/leaderAndISR      persistent {"leader", "leader_epoch", "isr",
+                                                            "controller_epoch"}           (seed path 4)
+  /admin/reassign_partitions                    {"partitions": [{"topic", "partition", "replicas"}]}
+                                                (one znode for all partitions, as KAFKA-42 / Kafka 0.8)
+  /admin/partitions_add/[topic]/[p]             [broker ids]                             (seed path 6)
+  /admin/partitions_remove/[topic]/[p]          ""                                       (seed path 6)
+  /admin/delete_topics/[topic]                  ""    (Kafka 0.8.2's delete-topic marker; the seed
+                                                       only says "if a topic is deleted")
+  /admin/preferred_replica_election             {"partitions": [{"topic", "partition"}]} (Kafka 0.8)
+  /isr_change_notification/isr_change_NNN       {"partitions": [{"topic", "partition"}]}
+                                                (Kafka 0.9's fix for a controller that never
+                                                 learns leader-made ISR changes)
+  /state_change_log/entry-NNN                   [state-change records]  (seed 002 §7; kept in
+                                                ZooKeeper so any tool can read it)
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+BROKER_IDS = "/brokers/ids"
+BROKER_START_EPOCHS = "/brokers/start_epochs"
+TOPICS = "/brokers/topics"
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"
+PARTITIONS_ADD = "/admin/partitions_add"
+PARTITIONS_REMOVE = "/admin/partitions_remove"
+DELETE_TOPICS = "/admin/delete_topics"
+PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
+ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
+ISR_CHANGE_PREFIX = ISR_CHANGE_NOTIFICATION + "/isr_change_"
+STATE_CHANGE_LOG = "/state_change_log"
+
+# Persistent paths created on first start (by any broker, idempotently).
+PERSISTENT_PATHS = (
+    BROKER_IDS, BROKER_START_EPOCHS, TOPICS, PARTITIONS_ADD, PARTITIONS_REMOVE,
+    DELETE_TOPICS, ISR_CHANGE_NOTIFICATION, STATE_CHANGE_LOG,
+)
+
+NO_LEADER = -1
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def broker_start_epoch_path(broker_id: int) -> str:
+    return f"{BROKER_START_EPOCHS}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}"
+
+
+def partition_path(topic: str, partition: int) -> str:
+    return f"{TOPICS}/{topic}/{partition}"
+
+
+def leader_and_isr_path(topic: str, partition: int) -> str:
+    return f"{TOPICS}/{topic}/{partition}/leaderAndISR"
+
+
+def delete_topic_path(topic: str) -> str:
+    return f"{DELETE_TOPICS}/{topic}"
+
+
+def partitions_add_path(topic: str, partition: int | None = None) -> str:
+    base = f"{PARTITIONS_ADD}/{topic}"
+    return base if partition is None else f"{base}/{partition}"
+
+
+def partitions_remove_path(topic: str, partition: int | None = None) -> str:
+    base = f"{PARTITIONS_REMOVE}/{topic}"
+    return base if partition is None else f"{base}/{partition}"
+
+
+def dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+
+
+def loads(data: bytes | None) -> Any:
+    if not data:
+        return None
+    return json.loads(data.decode())
+
+
+@dataclass(frozen=True)
+class BrokerRegistration:
+    broker_id: int
+    host: str
+    port: int
+    start_epoch: int
+
+    def encode(self) -> bytes:
+        return dumps({"host": self.host, "port": self.port, "start_epoch": self.start_epoch})
+
+    @classmethod
+    def decode(cls, broker_id: int, data: bytes) -> "BrokerRegistration":
+        d = loads(data)
+        return cls(broker_id, d["host"], int(d["port"]), int(d.get("start_epoch", 0)))
+
+
+@dataclass(frozen=True)
+class LeaderAndIsr:
+    """The value at /brokers/topics/[t]/[p]/leaderAndISR, plus the znode version
+    that conditional writes are made against (seed 000: LeaderAndISRVersionInZK)."""
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+    zk_version: int = -1
+
+    def encode(self) -> bytes:
+        return dumps({"leader": self.leader, "leader_epoch": self.leader_epoch,
+                      "isr": list(self.isr), "controller_epoch": self.controller_epoch})
+
+    @classmethod
+    def decode(cls, data: bytes, zk_version: int = -1) -> "LeaderAndIsr":
+        d = loads(data)
+        return cls(int(d["leader"]), int(d["leader_epoch"]), tuple(int(b) for b in d["isr"]),
+                   int(d.get("controller_epoch", 0)), zk_version)
+
+
+@dataclass(frozen=True)
+class TopicAssignment:
+    """The value at /brokers/topics/[topic]: partition -> assigned replicas (AR).
+    The first replica is the preferred replica."""
+    partitions: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        return dumps({"partitions": {str(p): list(r) for p, r in sorted(self.partitions.items())}})
+
+    @classmethod
+    def decode(cls, data: bytes) -> "TopicAssignment":
+        d = loads(data) or {}
+        return cls({int(p): tuple(int(b) for b in r) for p, r in d.get("partitions", {}).items()})
+
+
+def encode_partition_list(partitions: list[tuple[str, int]]) -> bytes:
+    return dumps({"partitions": [{"topic": t, "partition": p} for t, p in partitions]})
+
+
+def decode_partition_list(data: bytes) -> list[tuple[str, int]]:
+    d = loads(data) or {}
+    return [(e["topic"], int(e["partition"])) for e in d.get("partitions", [])]
+
+
+def encode_reassignment(plan: dict[tuple[str, int], list[int]]) -> bytes:
+    return dumps({"partitions": [{"topic": t, "partition": p, "replicas": list(r)}
+                                 for (t, p), r in sorted(plan.items())]})
+
+
+def decode_reassignment(data: bytes) -> dict[tuple[str, int], tuple[int, ...]]:
+    d = loads(data) or {}
+    return {(e["topic"], int(e["partition"])): tuple(int(b) for b in e["replicas"])
+            for e in d.get("partitions", [])}

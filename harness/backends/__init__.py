@@ -1,0 +1,52 @@
+"""Backends: where a cluster's nodes run. `make_cluster` picks one; `attach`
+finds a cluster that `chaoslog cluster up` brought up in another process."""
+from __future__ import annotations
+
+import json
+
+from harness.backends.base import Cluster, ClusterError, ClusterSpec
+
+BACKENDS = ("docker", "local")
+
+
+def default_backend() -> str:
+    """docker when an engine answers, local otherwise."""
+    from harness.docker_engine import engine_available
+    return "docker" if engine_available() else "local"
+
+
+def make_cluster(spec: ClusterSpec, backend: str | None = None, persistent: bool = False) -> Cluster:
+    """A Cluster object, not started yet. An unknown backend or a docker backend
+    without an engine is a ClusterError that says what to do."""
+    backend = backend or default_backend()
+    if backend == "docker":
+        from harness.backends.docker import DockerCluster
+        return DockerCluster(spec, persistent=persistent)
+    if backend == "local":
+        from harness.backends.local import LocalCluster
+        return LocalCluster(spec, persistent=persistent)
+    raise ClusterError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+
+
+def registered(name: str) -> dict | None:
+    from harness.backends.local import state_dir
+    path = state_dir() / f"{name}.json"
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except ValueError:
+        raise ClusterError(f"the state file {path} is damaged; remove it and any "
+                           "leftover processes or containers of that cluster") from None
+
+
+def attach(name: str) -> Cluster:
+    state = registered(name)
+    if state is None:
+        raise ClusterError(f"no cluster named {name!r} is up (start one with "
+                           f"`chaoslog cluster up --name {name}`)")
+    if state["backend"] == "docker":
+        from harness.backends.docker import DockerCluster
+        return DockerCluster.load(state)
+    from harness.backends.local import LocalCluster
+    return LocalCluster.load(state)

@@ -1,0 +1,49 @@
+"""`chaoslog`, the one console script. Each subcommand lives beside the code it
+drives and registers itself here through an `add_parser(subparsers)` function."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from harness.backends.base import ClusterError
+
+
+def _subcommand_modules():
+    # Imported lazily: `chaoslog proxy` must not pay for pyspark, and so on.
+    import cluster.admin
+    import faults.proxy.cli
+    import harness.cluster_cli
+    import harness.demo
+    import harness.images_cli
+    import harness.run
+    import reports.cli
+    return (harness.demo, harness.cluster_cli, harness.run, cluster.admin, reports.cli,
+            faults.proxy.cli, harness.images_cli)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="chaoslog",
+        description="Chaos testing for a replicated log built on the Kafka 0.8 replication design.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for module in _subcommand_modules():
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ClusterError as e:
+        print(f"chaoslog: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("chaoslog: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

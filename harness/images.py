@@ -1,0 +1,241 @@
+"""Container images built without a registry.
+
+There is no registry to pull from, so every image starts from a Debian root
+filesystem that mmdebstrap builds from Debian's packages and `docker import`
+turns into a base image. Two images are built FROM it:
+
+  chaoslog-zookeeper   ZooKeeper 3.8 (Debian's libzookeeper-java, Java 17), in the foreground
+  chaoslog-broker      Python 3.11 with the project and its dependencies, installed
+                       offline from a wheelhouse built on the host; iptables and
+                       iproute2 inside for network faults. Also runs workload workers.
+
+Each image is tagged with a hash of its inputs, so "is it up to date?" is one
+`docker image inspect`: a rebuild with nothing changed takes well under 5 s.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from harness.docker_engine import docker_client
+
+ROOT = Path(__file__).resolve().parent.parent
+IMAGE_DIR = ROOT / "images"
+LABEL = "org.chaoslog.image"
+
+SUITE = "bookworm"
+BASE_PACKAGES = (
+    "python3", "python3-venv", "ca-certificates",
+    "openjdk-17-jre-headless", "libzookeeper-java", "liblog4j1.2-java", "libslf4j-java",
+    "iptables", "iproute2", "procps",
+)
+# Host-side apt sources are reused inside the image: the build names no mirror.
+APT_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
+APT_SOURCES_FALLBACK = Path("/etc/apt/sources.list")
+
+# Python packages the containers need (brokers and workload workers): the
+# project's own dependencies, read from pyproject.toml.
+PROJECT_SOURCES = ("cluster", "harness", "faults", "reports", "pyproject.toml", "README.md")
+
+
+class ImageError(RuntimeError):
+    pass
+
+
+def _say(msg: str) -> None:
+    print(f"[images] {msg}", file=sys.stderr, flush=True)
+
+
+def _hash(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(hashlib.sha256(p).digest())
+    return h.hexdigest()[:16]
+
+
+def _tree_bytes(paths: list[Path]) -> bytes:
+    """Names and contents of every source file under `paths`, in a stable order."""
+    out = io.BytesIO()
+    for top in paths:
+        files = [top] if top.is_file() else sorted(
+            p for p in top.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc",))
+        for f in files:
+            out.write(str(f.relative_to(ROOT)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return out.getvalue()
+
+
+def _apt_sources() -> Path:
+    for p in (APT_SOURCES, APT_SOURCES_FALLBACK):
+        if p.exists() and p.stat().st_size:
+            return p
+    raise ImageError("no apt sources on this machine (/etc/apt/sources.list*): "
+                     "the Debian root filesystem is built from the host's apt sources")
+
+
+@dataclass(frozen=True)
+class ImageSet:
+    base: str
+    zookeeper: str
+    broker: str
+
+
+def _project_requirements() -> list[str]:
+    import tomllib
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return list(data["project"]["dependencies"])
+
+
+def _tags() -> ImageSet:
+    base = _hash(repr((SUITE, BASE_PACKAGES)).encode(), (IMAGE_DIR / "base.version").read_bytes())
+    zk = _hash(base.encode(), _tree_bytes([IMAGE_DIR / "zookeeper"]))
+    broker = _hash(base.encode(), _tree_bytes([IMAGE_DIR / "broker"]),
+                   "\n".join(_project_requirements()).encode(),
+                   _tree_bytes([ROOT / p for p in PROJECT_SOURCES]))
+    return ImageSet(f"chaoslog-base:{base}", f"chaoslog-zookeeper:{zk}", f"chaoslog-broker:{broker}")
+
+
+def _exists(client, tag: str) -> bool:
+    import docker.errors
+    try:
+        client.images.get(tag)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
+def _build_base(client, tag: str) -> None:
+    if not shutil.which("mmdebstrap"):
+        raise ImageError("mmdebstrap is not installed: run `apt-get install -y mmdebstrap` "
+                         "(make setup does this)")
+    _say(f"building the Debian {SUITE} root filesystem with mmdebstrap (about a minute)...")
+    with tempfile.TemporaryDirectory(prefix="chaoslog-rootfs-") as tmp:
+        tarball = Path(tmp) / "rootfs.tar"
+        cmd = [
+            "mmdebstrap", "--variant=minbase", "--quiet",
+            "--include=" + ",".join(BASE_PACKAGES),
+            # openjdk's postinst needs this directory (environment.md).
+            "--essential-hook=mkdir -p \"$1/usr/share/man/man1\"",
+            "--customize-hook=chroot \"$1\" apt-get clean; rm -rf \"$1\"/var/lib/apt/lists/* "
+            "\"$1\"/usr/share/doc/* \"$1\"/usr/share/man/* \"$1\"/usr/share/locale/*",
+            SUITE, str(tarball), str(_apt_sources()),
+        ]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise ImageError(f"mmdebstrap failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
+        _say(f"importing the root filesystem as {tag}")
+        repo, version = tag.split(":")
+        with open(tarball, "rb") as f:
+            client.api.import_image_from_data(
+                f, repository=repo, tag=version,
+                changes=["ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                         f"LABEL {LABEL}=base"])
+    if not _exists(client, tag):
+        raise ImageError(f"docker import did not produce {tag}")
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "chaoslog"
+
+
+def _wheelhouse(ctx: Path) -> None:
+    """Wheels of the dependencies (cached on the host by a hash of the pins) and
+    of the project, for an offline `pip install --no-index` inside the image."""
+    py = sys.executable
+    reqs = _project_requirements()
+    deps = _cache_dir() / "wheels" / _hash("\n".join(reqs).encode())
+    if not (deps / "requirements.txt").exists():
+        _say("building the dependency wheelhouse (once per set of pins)")
+        tmp = deps.with_name(deps.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        r = subprocess.run([py, "-m", "pip", "wheel", "--quiet", "--wheel-dir", str(tmp), *reqs],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise ImageError(f"pip wheel of the dependencies failed:\n{r.stderr[-3000:]}")
+        (tmp / "requirements.txt").write_text("\n".join(reqs) + "\n")
+        shutil.rmtree(deps, ignore_errors=True)
+        tmp.rename(deps)
+    shutil.copytree(deps, ctx / "deps")
+    with tempfile.TemporaryDirectory(prefix="chaoslog-wheel-") as tmp:
+        r = subprocess.run([py, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                            "--wheel-dir", tmp, str(ROOT)], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise ImageError(f"pip wheel of the project failed:\n{r.stderr[-3000:]}")
+        (wheel,) = Path(tmp).glob("chaoslog-*.whl")
+        # A pure-Python wheel unpacked is its installed form (PEP 427).
+        with zipfile.ZipFile(wheel) as z:
+            z.extractall(ctx / "project")
+
+
+def _docker_build(client, context: Path, tag: str, base: str) -> None:
+    dockerfile = (context / "Dockerfile").read_text().replace("@BASE@", base)
+    (context / "Dockerfile").write_text(dockerfile)
+    try:
+        for chunk in client.api.build(path=str(context), tag=tag, rm=True, forcerm=True,
+                                      labels={LABEL: tag.split(":")[0]}, decode=True):
+            if "error" in chunk:
+                raise ImageError(f"docker build of {tag} failed: {chunk['error'].strip()}")
+    except ImageError:
+        raise
+    except Exception as e:  # docker.errors.BuildError / APIError
+        raise ImageError(f"docker build of {tag} failed: {e}") from None
+
+
+def _build_from_dir(client, name: str, tag: str, base: str,
+                    prepare: Callable[[Path], None] | None = None) -> None:
+    _say(f"building {tag}")
+    with tempfile.TemporaryDirectory(prefix=f"chaoslog-{name}-") as tmp:
+        ctx = Path(tmp) / "ctx"
+        shutil.copytree(IMAGE_DIR / name, ctx)
+        if prepare:
+            prepare(ctx)
+        _docker_build(client, ctx, tag, base)
+
+
+def ensure_images(force: bool = False) -> ImageSet:
+    """Build whatever image is missing for the current inputs; return the tags."""
+    client = docker_client()
+    tags = _tags()
+    t0 = time.monotonic()
+    if force or not _exists(client, tags.base):
+        _build_base(client, tags.base)
+    if force or not _exists(client, tags.zookeeper):
+        _build_from_dir(client, "zookeeper", tags.zookeeper, tags.base)
+    if force or not _exists(client, tags.broker):
+        _build_from_dir(client, "broker", tags.broker, tags.base,
+                        prepare=_wheelhouse)
+    took = time.monotonic() - t0
+    if took > 1:
+        _say(f"images ready in {took:.1f}s: {tags.zookeeper}, {tags.broker}")
+    return tags
+
+
+def current_tags() -> ImageSet:
+    return _tags()
+
+
+def prune(keep: ImageSet | None = None) -> list[str]:
+    """Remove chaoslog images other than the current ones (old hashes pile up)."""
+    client = docker_client()
+    keep = keep or _tags()
+    keep_set = {keep.base, keep.zookeeper, keep.broker}
+    removed = []
+    for img in client.images.list(filters={"label": LABEL}):
+        if not any(t in keep_set for t in img.tags):
+            try:
+                client.images.remove(img.id, force=False)
+                removed.extend(img.tags)
+            except Exception:
+                pass  # still used by a container; next prune gets it
+    return removed

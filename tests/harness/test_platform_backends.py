@@ -1,0 +1,138 @@
+"""The Cluster interface on both backends, with ZooKeeper nodes (fast, and
+independent of the broker), plus the reaper and the images cache."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from harness.backends import make_cluster
+from harness.backends.base import PAUSED, RUNNING, STOPPED, ClusterError, ClusterSpec
+from harness.docker_engine import engine_available
+from harness.zookeeper import zk_mode
+
+needs_docker = pytest.mark.skipif(not engine_available(), reason="no Docker engine answers here")
+BACKENDS = ["local", pytest.param("docker", marks=[needs_docker, pytest.mark.docker])]
+
+
+def _mode(cluster, name):
+    n = cluster.node(name)
+    return zk_mode(n.host, n.port)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_zookeeper_node_lifecycle(cluster_factory, backend):
+    c = cluster_factory(brokers=0, zookeepers=1, backend=backend)
+    assert _mode(c, "zk-1") == "standalone"
+    c.pause_node("zk-1")
+    assert c.node("zk-1").state == PAUSED
+    assert _mode(c, "zk-1") is None  # frozen: no answer
+    c.resume_node("zk-1")
+    assert c.node("zk-1").state == RUNNING
+    c.kill_node("zk-1")
+    assert c.node("zk-1").state == STOPPED
+    c.start_node("zk-1")
+    deadline = time.monotonic() + 60
+    while _mode(c, "zk-1") != "standalone" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _mode(c, "zk-1") == "standalone"
+    c.stop_node("zk-1")
+    assert c.node("zk-1").state == STOPPED
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_three_node_ensemble_elects_a_leader(cluster_factory, backend):
+    c = cluster_factory(brokers=0, zookeepers=3, backend=backend)
+    modes = sorted(_mode(c, f"zk-{i}") for i in (1, 2, 3))
+    assert modes == ["follower", "follower", "leader"]
+    assert len(c.zookeeper_connect.split(",")) == 3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_unknown_node_is_a_clear_error(cluster_factory, backend):
+    c = cluster_factory(brokers=0, zookeepers=1, backend=backend)
+    with pytest.raises(ClusterError, match="no node 'broker-7'.*zk-1"):
+        c.kill_node("broker-7")
+
+
+def test_destroy_removes_local_processes_and_files(cluster_factory):
+    c = cluster_factory(brokers=0, zookeepers=1, backend="local")
+    pid = c.procs["zk-1"].pid
+    base = c.base_dir
+    c.destroy()
+    assert not c.procs["zk-1"].running()
+    assert not base.exists()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_docker_backend_without_engine_says_what_to_do():
+    code = textwrap.dedent("""
+        from harness.backends import make_cluster
+        from harness.backends.base import ClusterSpec, ClusterError
+        try:
+            make_cluster(ClusterSpec(brokers=1), "docker")
+        except ClusterError as e:
+            print("ERROR:", e)
+    """)
+    env = {**os.environ, "DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60).stdout
+    assert "ERROR: no Docker engine answers" in out
+    assert "--backend local" in out
+
+
+@needs_docker
+@pytest.mark.docker
+def test_images_are_cached_by_their_inputs(chaoslog_backend):
+    from harness.images import ensure_images
+    ensure_images()
+    t0 = time.monotonic()
+    ensure_images()
+    assert time.monotonic() - t0 < 5.0
+
+
+@needs_docker
+@pytest.mark.docker
+def test_sigkilled_pytest_leaves_nothing_after_the_next_run(tmp_path):
+    """Kill pytest with SIGKILL mid-test; the next session reaps what it left."""
+    import docker
+    client = docker.from_env()
+    (tmp_path / "test_sleepy.py").write_text(textwrap.dedent("""
+        import time
+        def test_sleepy(cluster_factory):
+            c = cluster_factory(brokers=0, zookeepers=1, backend="docker")
+            open("started", "w").write(c.spec.name)
+            time.sleep(600)
+    """))
+    (tmp_path / "test_nothing.py").write_text("def test_nothing():\n    pass\n")
+    pytest_cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    victim = subprocess.Popen([*pytest_cmd, "test_sleepy.py"], cwd=tmp_path,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 180
+        while not (tmp_path / "started").exists():
+            assert victim.poll() is None, "the victim pytest exited early"
+            assert time.monotonic() < deadline, "the victim never started its cluster"
+            time.sleep(0.5)
+        name = (tmp_path / "started").read_text()
+        label = f"org.chaoslog.cluster={name}"
+        assert client.containers.list(filters={"label": label})
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=30)
+        # Still there after the kill ...
+        assert client.containers.list(all=True, filters={"label": label})
+        # ... and gone once the next session has started.
+        r = subprocess.run([*pytest_cmd, "test_nothing.py"], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=180)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert not client.containers.list(all=True, filters={"label": label})
+        assert not client.networks.list(filters={"label": label})
+    finally:
+        if victim.poll() is None:
+            victim.kill()
