@@ -125,6 +125,12 @@ class Cluster(abc.ABC):
     def data_dir(self, name: str) -> Path:
         """Host path of a node's data directory (a broker's log.dirs)."""
 
+    @abc.abstractmethod
+    def start_worker(self, name: str, module_argv: list[str]):
+        """Start `python -m *module_argv` as a workload worker beside the cluster
+        (a process, or a container on the cluster's network); returns a
+        harness.backends.worker.Worker. Removed by destroy()."""
+
     # --- addresses -----------------------------------------------------
     @property
     def bootstrap_servers(self) -> str:

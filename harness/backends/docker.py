@@ -27,6 +27,7 @@ from harness.backends.base import (
     broker_id_of,
 )
 from harness.backends.local import state_dir
+from harness.backends.worker import DockerWorker
 from harness.docker_engine import docker_client
 
 START_TIMEOUT = 90.0
@@ -61,6 +62,7 @@ class DockerCluster(Cluster):
         self.network_name = f"chaoslog-{spec.name}-{self.uid}"
         self.network = None
         self.containers: dict[str, object] = {}  # node name -> docker-py Container
+        self.workers: list[DockerWorker] = []
 
     # --- labels --------------------------------------------------------
     def labels(self) -> dict[str, str]:
@@ -152,6 +154,9 @@ class DockerCluster(Cluster):
         return "\n".join(out) or "All containers are running."
 
     def destroy(self) -> None:
+        for w in self.workers:
+            w.remove()
+        self.workers.clear()
         for name, c in list(self.containers.items()):
             try:
                 c.remove(force=True, v=True)
@@ -254,6 +259,20 @@ class DockerCluster(Cluster):
     def data_dir(self, name: str) -> Path:
         self._get(name)
         return self.base_dir / name
+
+    def start_worker(self, name: str, module_argv: list[str]) -> DockerWorker:
+        brokers = [c for n, c in self.containers.items() if n.startswith("broker-")]
+        if not brokers:
+            raise ClusterError("this cluster has no brokers to run workers beside")
+        # The image the brokers run: it holds the project and the Kafka clients.
+        c = self.client.containers.run(
+            brokers[0].attrs["Config"]["Image"], entrypoint=["python", "-m"], command=module_argv,
+            detach=True, network=self.network_name, cap_add=["NET_ADMIN"],
+            name=f"{self.network_name}-worker-{name}", hostname=name,
+            labels={**self.labels(), reaper.NODE_LABEL: f"worker-{name}"})
+        w = DockerWorker(name, c)
+        self.workers.append(w)
+        return w
 
     def exec(self, name: str, argv: list[str]) -> tuple[int, str]:
         code, out = self._get(name).exec_run(argv)

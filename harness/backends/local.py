@@ -28,6 +28,7 @@ from harness.backends.base import (
 )
 from harness.backends.links import Link, LinkTable
 from harness.backends.process import LocalProcess
+from harness.backends.worker import LocalWorker
 
 START_TIMEOUT = 90.0  # generous: a loaded 2-core machine starts a JVM slowly
 
@@ -61,6 +62,7 @@ class LocalCluster(Cluster):
         self.links = LinkTable()
         self.ports = _Ports({}, {}, {}, None)
         self._proxy: LocalProcess | None = None
+        self.workers: list[LocalWorker] = []
 
     # --- layout --------------------------------------------------------
     def data_dir(self, name: str) -> Path:
@@ -204,6 +206,8 @@ class LocalCluster(Cluster):
         return out
 
     def destroy(self) -> None:
+        for w in self.workers:
+            w.kill()
         for name, p in list(self.procs.items()):
             if name.startswith("broker-"):
                 p.kill()
@@ -270,6 +274,11 @@ class LocalCluster(Cluster):
     @property
     def zookeeper_connect(self) -> str:
         return ",".join(f"127.0.0.1:{p}" for p in self.ports.zk_client.values())
+
+    def start_worker(self, name: str, module_argv: list[str]) -> LocalWorker:
+        w = LocalWorker(name, module_argv, self.base_dir / "workers" / f"{name}.log")
+        self.workers.append(w)
+        return w
 
     def exec(self, name: str, argv: list[str]) -> tuple[int, str]:
         raise ClusterError("the local backend has no per-node network namespace: "
