@@ -96,7 +96,7 @@ class DockerCluster(Cluster):
 
     def _container(self, name: str, image: str, aliases: list[str], **kwargs):
         from testcontainers.core.container import DockerContainer
-        c = (DockerContainer(image)
+        c = (DockerContainer(image, command=[])
              .with_network(self.network)
              .with_network_aliases(*aliases)
              .with_name(f"{self.network_name}-{name}"))
@@ -134,8 +134,7 @@ class DockerCluster(Cluster):
         (d / "server.properties").write_text(cfg.render())
         self.containers[name] = self._container(
             name, image, [name], volumes={str(d): "/data"},
-            entrypoint=["sh", "-c", BROKER_ENTRY], command=[],
-            cap_add=["NET_ADMIN"])
+            entrypoint=["sh", "-c", BROKER_ENTRY], cap_add=["NET_ADMIN"])
 
     def wait_brokers_registered(self, names: list[str] | None = None,
                                 timeout: float = START_TIMEOUT) -> None:
