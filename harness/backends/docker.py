@@ -1,5 +1,8 @@
 """The docker backend: ZooKeeper and brokers in containers, through testcontainers.
 
+With `proxied` links, a proxy container (the Toxiproxy-compatible server)
+carries every client->broker, broker->broker and broker->ZooKeeper link.
+
 Each cluster gets a bridge network of its own. Brokers run with NET_ADMIN so
 that network faults can use iptables inside them, and with their data
 directory bind-mounted from the host, so the harness can read their logs and
@@ -26,6 +29,7 @@ from harness.backends.base import (
     BROKER, PAUSED, RUNNING, STOPPED, ZOOKEEPER, Cluster, ClusterError, ClusterSpec, NodeInfo,
     broker_id_of,
 )
+from harness.backends.links import Link, LinkTable
 from harness.backends.local import state_dir
 from harness.backends.worker import DockerWorker
 from harness.docker_engine import docker_client
@@ -33,6 +37,7 @@ from harness.docker_engine import docker_client
 START_TIMEOUT = 90.0
 BROKER_PORT = 9092
 ZK_PORT = 2181
+PROXY_API_PORT = 8474
 
 # The broker advertises the address the container has on the cluster network;
 # it is known only once the container runs, so a tiny wrapper writes it into
@@ -50,10 +55,6 @@ class DockerCluster(Cluster):
     def __init__(self, spec: ClusterSpec, persistent: bool = False,
                  base_dir: Path | None = None):
         super().__init__(spec)
-        if spec.proxied:
-            raise ClusterError("proxied links are implemented on the local backend only so far; "
-                               "the docker backend cuts links with iptables (--backend local "
-                               "for proxied links)")
         self.client = docker_client()
         self.persistent = persistent
         self.base_dir = Path(base_dir) if base_dir else Path(
@@ -62,6 +63,7 @@ class DockerCluster(Cluster):
         self.network_name = f"chaoslog-{spec.name}-{self.uid}"
         self.network = None
         self.containers: dict[str, object] = {}  # node name -> docker-py Container
+        self.links = LinkTable()
         self.workers: list[DockerWorker] = []
 
     # --- labels --------------------------------------------------------
@@ -78,6 +80,8 @@ class DockerCluster(Cluster):
             net = Network(docker_network_kw={"labels": self.labels(), "driver": "bridge"})
             net.name = self.network_name
             self.network = net.create()
+            if self.spec.proxied:
+                self._run_proxy(tags.broker)
             zk_names = [n for n in self.spec.node_names() if n.startswith("zk-")]
             for n in zk_names:
                 self._run_zookeeper(n, tags.zookeeper, zk_names)
@@ -116,6 +120,34 @@ class DockerCluster(Cluster):
             env["ZK_SERVERS"] = ",".join(f"{z.split('-')[1]}={z}" for z in zk_names)
         self.containers[name] = self._container(name, image, [name], env=env)
 
+    def _run_proxy(self, image: str) -> None:
+        """The proxy runs in a container of its own on the cluster network; every
+        link gets a port on it (the node name "proxy" resolves to it)."""
+        self.containers["proxy"] = self._container(
+            "proxy", image, ["proxy"],
+            entrypoint=["python", "-m", "faults.proxy", "--host", "0.0.0.0",
+                        "--port", str(PROXY_API_PORT)])
+        proxy_ip = self._ip("proxy")
+        self.links.api = f"{proxy_ip}:{PROXY_API_PORT}"
+        self.links.wait_api(60, describe=lambda: self.logs("proxy")[-2000:])
+        brokers = [n for n in self.spec.node_names() if n.startswith("broker-")]
+        zks = [n for n in self.spec.node_names() if n.startswith("zk-")]
+        port = iter(range(PROXY_API_PORT + 1, PROXY_API_PORT + 10000))
+
+        def link(src: str, dst: str, upstream: str, connect_host: str) -> None:
+            p = next(port)
+            self.links.add(Link(src, dst, f"0.0.0.0:{p}", upstream, f"{connect_host}:{p}"))
+
+        for b in brokers:
+            # Clients on the host and in worker containers both reach the proxy's address.
+            link("client", b, f"{b}:{BROKER_PORT}", proxy_ip)
+            for z in zks:
+                link(b, z, f"{z}:{ZK_PORT}", "proxy")
+            for other in brokers:
+                if other != b:
+                    link(b, other, f"{other}:{BROKER_PORT}", "proxy")
+        self.links.create_all()
+
     def _run_broker(self, name: str, image: str, zk_names: list[str]) -> None:
         d = self.base_dir / name
         (d / "logs").mkdir(parents=True, exist_ok=True)
@@ -127,14 +159,26 @@ class DockerCluster(Cluster):
             "zookeeper.connect": ",".join(f"{z}:{ZK_PORT}" for z in zk_names),
             "log.dirs": "/data/logs",
         }
+        entry = ["sh", "-c", BROKER_ENTRY]
+        if self.spec.proxied:
+            client = self.links.get("client", name)
+            host, port = client.address.rsplit(":", 1)
+            values.update({
+                "advertised.host.name": host, "advertised.port": int(port),
+                "zookeeper.connect": ",".join(l.address for l in self.links.from_node(name)
+                                              if l.dst.startswith("zk-")),
+                "chaoslog.peer.addresses": ",".join(
+                    f"{broker_id_of(l.dst)}={l.address}" for l in self.links.from_node(name)
+                    if l.dst.startswith("broker-"))})
+            entry = ["python", "-m", "cluster.broker", "/data/server.properties"]
         try:
             cfg = BrokerConfig.from_dict(values)
         except ConfigError as e:
             raise ClusterError(f"broker config: {e}") from None
         (d / "server.properties").write_text(cfg.render())
         self.containers[name] = self._container(
-            name, image, [name], volumes={str(d): "/data"},
-            entrypoint=["sh", "-c", BROKER_ENTRY], cap_add=["NET_ADMIN"])
+            name, image, [name], volumes={str(d): "/data"}, entrypoint=entry,
+            cap_add=["NET_ADMIN"])
 
     def wait_brokers_registered(self, names: list[str] | None = None,
                                 timeout: float = START_TIMEOUT) -> None:
@@ -243,6 +287,9 @@ class DockerCluster(Cluster):
             ip = self._ip(name) if state != STOPPED else ""
             if name.startswith("zk-"):
                 out.append(NodeInfo(name, ZOOKEEPER, ip, ZK_PORT, state))
+            elif self.spec.proxied and self.links.has("client", name):
+                host, port = self.links.get("client", name).address.rsplit(":", 1)
+                out.append(NodeInfo(name, BROKER, host, int(port), state, broker_id_of(name)))
             else:
                 out.append(NodeInfo(name, BROKER, ip, BROKER_PORT, state, broker_id_of(name)))
         return out
@@ -294,7 +341,8 @@ class DockerCluster(Cluster):
                           "broker_config": self.spec.broker_config,
                           "zk_session_timeout_ms": self.spec.zk_session_timeout_ms,
                           "proxied": self.spec.proxied},
-                 "containers": {n: c.id for n, c in self.containers.items()}}
+                 "containers": {n: c.id for n, c in self.containers.items()},
+                 "links": self.links.to_json()}
         path = self.state_path()
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
@@ -312,6 +360,7 @@ class DockerCluster(Cluster):
             c.network = c.client.networks.get(c.network_name)
         except docker.errors.NotFound:
             c.network = None
+        c.links = LinkTable.from_json(state.get("links") or {})
         for n, cid in state["containers"].items():
             try:
                 c.containers[n] = c.client.containers.get(cid)

@@ -18,12 +18,17 @@ from harness.backends.base import ClusterError
 class Link:
     src: str        # "client" or a node name
     dst: str        # a node name
-    listen: str     # host:port the source connects to
-    upstream: str   # host:port of the destination
+    listen: str     # host:port the proxy listens on
+    upstream: str   # host:port of the destination, as the proxy resolves it
+    connect: str = ""  # host:port the source dials, when it differs from `listen`
 
     @property
     def proxy_name(self) -> str:
         return f"{self.src}_to_{self.dst}"
+
+    @property
+    def address(self) -> str:
+        return self.connect or self.listen
 
     @property
     def listen_port(self) -> int:

@@ -97,7 +97,7 @@ class LocalCluster(Cluster):
 
     def _zk_connect_for(self, broker: str) -> str:
         if self.spec.proxied:
-            return ",".join(l.listen for l in self.links.from_node(broker) if l.dst.startswith("zk-"))
+            return ",".join(l.address for l in self.links.from_node(broker) if l.dst.startswith("zk-"))
         return self.zookeeper_connect
 
     def _write_broker(self, name: str) -> LocalProcess:
@@ -109,7 +109,7 @@ class LocalCluster(Cluster):
         peers = ""
         if self.spec.proxied:
             advertised = self.links.get(f"client", name).listen_port
-            peers = ",".join(f"{broker_id_of(l.dst)}={l.listen}"
+            peers = ",".join(f"{broker_id_of(l.dst)}={l.address}"
                              for l in self.links.from_node(name) if l.dst.startswith("broker-"))
         values = {
             "zookeeper.session.timeout.ms": self.spec.zk_session_timeout_ms,

@@ -136,3 +136,24 @@ def test_sigkilled_pytest_leaves_nothing_after_the_next_run(tmp_path):
     finally:
         if victim.poll() is None:
             victim.kill()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_proxied_links_cut_a_broker_off_zookeeper(cluster_factory, backend):
+    """Every link of a proxied cluster goes through its own proxy: disabling
+    broker-2 -> zk-1 ends broker-2's ZooKeeper session and nothing else."""
+    from harness.zookeeper import registered_brokers
+    c = cluster_factory(brokers=3, zookeepers=1, proxied=True, backend=backend,
+                        zk_session_timeout_ms=4000)
+    assert registered_brokers(c.zookeeper_connect) == {1, 2, 3}
+    names = {l.proxy_name for l in c.links.links.values()}
+    assert {"client_to_broker-1", "broker-1_to_broker-2", "broker-2_to_zk-1"} <= names
+    toxiproxy = c.links.proxy_client()
+    toxiproxy.get_proxy("broker-2_to_zk-1").disable()
+    deadline = time.monotonic() + 30
+    while 2 in registered_brokers(c.zookeeper_connect) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert registered_brokers(c.zookeeper_connect) == {1, 3}
+    toxiproxy.get_proxy("broker-2_to_zk-1").enable()
+    c.wait_brokers_registered(["broker-2"], timeout=60)
+    assert registered_brokers(c.zookeeper_connect) == {1, 2, 3}
