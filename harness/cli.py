@@ -21,8 +21,15 @@ def _subcommand_modules():
             faults.proxy.cli, harness.images_cli)
 
 
+class OneLineErrors(argparse.ArgumentParser):
+    """Usage errors as one line that names the command, instead of a usage dump."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrors(
         prog="chaoslog",
         description="Chaos testing for a replicated log built on the Kafka 0.8 replication design.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

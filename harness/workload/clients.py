@@ -1,0 +1,280 @@
+"""Thin adapters over the two Kafka client libraries, so the worker's loops
+are written once. Each adapter turns the library's outcome into the history's
+vocabulary: ("ok", fields), ("fail", fields) or ("info", fields).
+
+Producers: `send(topic, partition, value, done)` hands the message over and
+later calls `done(type, fields)` from the worker's own thread (inside
+`poll`), never from a library thread. Consumers: one adapter per partition,
+assigned and positioned explicitly (no group coordination), `poll()` returns
+one outcome with the records and the high watermark of that fetch.
+"""
+from __future__ import annotations
+
+import queue
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from harness.workload.errors import canonical, classify_send, kafka_python_name
+
+Done = Callable[[str, dict[str, Any]], None]
+CLIENTS = ("confluent", "kafka-python")
+
+
+@dataclass
+class ProducerSettings:
+    acks: str = "all"                 # 0 | 1 | all
+    retries: int = 0
+    idempotent: bool = False
+    max_in_flight: int = 1
+    request_timeout_ms: int = 5000
+    delivery_timeout_ms: int = 15000
+
+    def __post_init__(self) -> None:
+        if str(self.acks) not in ("0", "1", "all", "-1"):
+            raise ValueError(f"acks is 0, 1 or all, not {self.acks!r}")
+        self.acks = "all" if str(self.acks) == "-1" else str(self.acks)
+        if self.idempotent and self.retries == 0:
+            # Both libraries insist on retries with idempotence.
+            self.retries = 2**31 - 1
+        if self.delivery_timeout_ms < self.request_timeout_ms:
+            self.delivery_timeout_ms = self.request_timeout_ms
+
+
+def _acks_done(acks: str, offset: int | None) -> tuple[str, dict[str, Any]]:
+    """A success callback. With acks=0 nothing was acknowledged: unknown."""
+    if acks == "0" or offset is None or offset < 0:
+        return "info", {"error": "no-acknowledgement"}
+    return "ok", {"offset": int(offset)}
+
+
+def _poll_ok(records: list[list[int]], hw: int | None) -> tuple[str, dict[str, Any]]:
+    """An ok poll must carry a high watermark. If the client cannot say, a
+    poll that returned records still proves the watermark was past its last
+    offset (consumers only see committed data), so that bound is recorded;
+    a poll with nothing and no watermark taught us nothing: fail."""
+    if hw is None:
+        if not records:
+            return "fail", {"error": "no-high-watermark"}
+        hw = records[-1][0] + 1
+    return "ok", {"records": records, "high_watermark": hw}
+
+
+# -- confluent-kafka -------------------------------------------------------------------
+
+class ConfluentProducer:
+    def __init__(self, bootstrap: str, s: ProducerSettings, client_id: str):
+        from confluent_kafka import Producer
+        self.s = s
+        self.p = Producer({
+            "bootstrap.servers": bootstrap, "client.id": client_id,
+            "acks": s.acks, "retries": s.retries, "enable.idempotence": s.idempotent,
+            "max.in.flight.requests.per.connection": s.max_in_flight,
+            "request.timeout.ms": s.request_timeout_ms, "message.timeout.ms": s.delivery_timeout_ms,
+            "linger.ms": 0, "retry.backoff.ms": 100, "topic.metadata.refresh.interval.ms": 2000,
+            "log_level": 3,
+        })
+
+    def send(self, topic: str, partition: int, value: int, done: Done) -> None:
+        from confluent_kafka import KafkaException
+
+        def delivered(err: Any, msg: Any) -> None:
+            if err is None:
+                done(*_acks_done(self.s.acks, msg.offset()))
+            else:
+                t, name = classify_send(err.name(), retries=self.s.retries)
+                done(t, {"error": name})
+
+        try:
+            self.p.produce(topic, value=str(value).encode(), partition=partition, on_delivery=delivered)
+        except BufferError:
+            done("fail", {"error": "_QUEUE_FULL"})
+        except KafkaException as e:
+            t, name = classify_send(e.args[0].name(), retries=self.s.retries, never_sent=True)
+            done(t, {"error": name})
+
+    def poll(self, timeout: float) -> None:
+        self.p.poll(timeout)
+
+    def close(self, timeout: float) -> int:
+        """Flush what is in flight (callbacks fire); returns messages left."""
+        return self.p.flush(timeout)
+
+
+class ConfluentConsumer:
+    def __init__(self, bootstrap: str, topic: str, partition: int, client_id: str):
+        from confluent_kafka import Consumer, TopicPartition
+        self.topic, self.partition = topic, partition
+        self.c = Consumer({
+            "bootstrap.servers": bootstrap, "client.id": client_id,
+            "group.id": f"chaoslog-{client_id}",  # required, never used: we assign
+            "enable.auto.commit": False, "auto.offset.reset": "error",
+            "enable.partition.eof": False, "fetch.wait.max.ms": 100,
+            "topic.metadata.refresh.interval.ms": 2000, "log_level": 3,
+        })
+        self._tp = TopicPartition
+        self.position: int | None = None
+
+    def seek(self, offset: int) -> None:
+        tp = self._tp(self.topic, self.partition, offset)
+        if self.position is None:
+            self.c.assign([tp])
+        else:
+            try:
+                self.c.seek(tp)
+            except Exception:  # noqa: BLE001 - not yet fetching: re-assign
+                self.c.assign([tp])
+        self.position = offset
+
+    def watermarks(self, cached: bool, timeout: float = 5.0) -> tuple[int, int] | None:
+        try:
+            lo, hi = self.c.get_watermark_offsets(self._tp(self.topic, self.partition),
+                                                  timeout=timeout, cached=cached)
+        except Exception:  # noqa: BLE001 - unknown right now
+            return None
+        if lo is None or hi is None or hi < 0:
+            return None
+        return int(lo), int(hi)
+
+    def poll(self, max_records: int, timeout: float) -> tuple[str, dict[str, Any]]:
+        try:
+            msgs = self.c.consume(num_messages=max_records, timeout=timeout)
+        except Exception as e:  # noqa: BLE001
+            return "fail", {"error": canonical(type(e).__name__)}
+        records, errors = [], []
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                errors.append(err.name())
+            elif m.topic() == self.topic and m.partition() == self.partition:
+                records.append([int(m.offset()), int(m.value())])
+        if records:
+            self.position = records[-1][0] + 1
+        if not records and errors:
+            if "_AUTO_OFFSET_RESET" in errors or "OFFSET_OUT_OF_RANGE" in errors:
+                return "fail", {"error": "OFFSET_OUT_OF_RANGE"}
+            return "fail", {"error": canonical(errors[0])}
+        wm = self.watermarks(cached=True) or self.watermarks(cached=False, timeout=2.0)
+        return _poll_ok(records, wm[1] if wm else None)
+
+    def close(self) -> None:
+        self.c.close()
+
+
+# -- kafka-python ----------------------------------------------------------------------
+
+class KafkaPythonProducer:
+    def __init__(self, bootstrap: str, s: ProducerSettings, client_id: str):
+        from kafka import KafkaProducer
+        self.s = s
+        self._done: queue.SimpleQueue = queue.SimpleQueue()
+        self.p = KafkaProducer(
+            bootstrap_servers=bootstrap.split(","), client_id=client_id,
+            acks={"all": "all", "1": 1, "0": 0}[s.acks], retries=s.retries,
+            enable_idempotence=s.idempotent, max_in_flight_requests_per_connection=s.max_in_flight,
+            request_timeout_ms=s.request_timeout_ms, delivery_timeout_ms=s.delivery_timeout_ms,
+            linger_ms=0, retry_backoff_ms=100, metadata_max_age_ms=2000)
+
+    def send(self, topic: str, partition: int, value: int, done: Done) -> None:
+        try:
+            fut = self.p.send(topic, value=str(value).encode(), partition=partition)
+        except Exception as e:  # noqa: BLE001 - raised before the message was accepted
+            t, name = classify_send(kafka_python_name(e), retries=self.s.retries, never_sent=True)
+            done(t, {"error": name})
+            return
+        # Library thread -> our queue; `poll` completes ops on the worker's thread.
+        fut.add_callback(lambda md: self._done.put((done, _acks_done(self.s.acks, md.offset))))
+        fut.add_errback(lambda e: self._done.put(
+            (done, _error_outcome(e, self.s.retries))))
+
+    def poll(self, timeout: float) -> None:
+        try:
+            item = self._done.get(timeout=timeout)
+        except queue.Empty:
+            return
+        while True:
+            done, (t, fields) = item
+            done(t, fields)
+            try:
+                item = self._done.get_nowait()
+            except queue.Empty:
+                return
+
+    def close(self, timeout: float) -> int:
+        try:
+            self.p.flush(timeout=timeout)
+        except Exception:  # noqa: BLE001
+            pass
+        self.poll(0)
+        try:
+            self.p.close(timeout=1)
+        except Exception:  # noqa: BLE001
+            pass
+        return 0
+
+
+def _error_outcome(e: BaseException, retries: int) -> tuple[str, dict[str, Any]]:
+    t, name = classify_send(kafka_python_name(e), retries=retries)
+    return t, {"error": name}
+
+
+class KafkaPythonConsumer:
+    def __init__(self, bootstrap: str, topic: str, partition: int, client_id: str):
+        from kafka import KafkaConsumer, TopicPartition
+        self.topic, self.partition = topic, partition
+        self.tp = TopicPartition(topic, partition)
+        self.c = KafkaConsumer(bootstrap_servers=bootstrap.split(","), client_id=client_id,
+                               group_id=None, enable_auto_commit=False, auto_offset_reset="none",
+                               fetch_max_wait_ms=100, metadata_max_age_ms=2000)
+        self.c.assign([self.tp])
+        self.position: int | None = None
+
+    def seek(self, offset: int) -> None:
+        self.c.seek(self.tp, offset)
+        self.position = offset
+
+    def watermarks(self, cached: bool, timeout: float = 5.0) -> tuple[int, int] | None:
+        try:
+            if cached:
+                hi = self.c.highwater(self.tp)
+                return (0, int(hi)) if hi is not None else None
+            lo = self.c.beginning_offsets([self.tp], timeout_ms=int(timeout * 1000))[self.tp]
+            hi = self.c.end_offsets([self.tp], timeout_ms=int(timeout * 1000))[self.tp]
+            return int(lo), int(hi)
+        except Exception:  # noqa: BLE001
+            return None
+
+    def poll(self, max_records: int, timeout: float) -> tuple[str, dict[str, Any]]:
+        try:
+            batch = self.c.poll(timeout_ms=int(timeout * 1000), max_records=max_records)
+        except Exception as e:  # noqa: BLE001
+            name = kafka_python_name(e)
+            if name in ("OFFSET_OUT_OF_RANGE", "NoOffsetForPartitionError", "OffsetOutOfRangeError"):
+                name = "OFFSET_OUT_OF_RANGE"
+            return "fail", {"error": canonical(name)}
+        records = [[int(r.offset), int(r.value)] for r in batch.get(self.tp, [])]
+        if records:
+            self.position = records[-1][0] + 1
+        hi = self.c.highwater(self.tp)
+        if hi is None:
+            wm = self.watermarks(cached=False, timeout=2.0)
+            hi = wm[1] if wm else None
+        return _poll_ok(records, int(hi) if hi is not None else None)
+
+    def close(self) -> None:
+        self.c.close()
+
+
+def make_producer(client: str, bootstrap: str, s: ProducerSettings, client_id: str) -> Any:
+    if client == "confluent":
+        return ConfluentProducer(bootstrap, s, client_id)
+    if client == "kafka-python":
+        return KafkaPythonProducer(bootstrap, s, client_id)
+    raise ValueError(f"unknown client {client!r}: {', '.join(CLIENTS)}")
+
+
+def make_consumer(client: str, bootstrap: str, topic: str, partition: int, client_id: str) -> Any:
+    if client == "confluent":
+        return ConfluentConsumer(bootstrap, topic, partition, client_id)
+    if client == "kafka-python":
+        return KafkaPythonConsumer(bootstrap, topic, partition, client_id)
+    raise ValueError(f"unknown client {client!r}: {', '.join(CLIENTS)}")

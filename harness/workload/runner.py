@@ -1,0 +1,307 @@
+"""The harness side of a workload: start worker processes, read their JSON
+lines, and record them in the history.
+
+Each worker's stream is read by a thread of its own; events go to the
+HistoryRecorder, which numbers them under one lock at receipt. A worker's
+logical process is the actor (worker id, slot); the recorder retires its
+process id after an `info`. When a stream ends with ops still open (the
+worker crashed or was killed), those ops are completed as `info`: their
+outcome is unknown.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Protocol
+
+from harness.workload.clients import CLIENTS, ProducerSettings
+
+WORKER_MODULE = "harness.workload.worker"
+
+
+@dataclass
+class WorkloadSpec:
+    topics: dict[str, int]                     # topic -> partition count
+    client: str = "confluent"
+    producers: int = 2                         # worker processes
+    slots: int = 4                             # logical processes per producer
+    consumers: int = 1                         # consumer worker processes
+    rate: float = 100.0                        # sends/s over all producers; 0 = no limit
+    poll_rate: float = 0.0                     # polls/s per consumer worker; 0 = no limit
+    producer: ProducerSettings = field(default_factory=ProducerSettings)
+
+    def __post_init__(self) -> None:
+        if self.client not in CLIENTS:
+            raise ValueError(f"unknown client {self.client!r}: {', '.join(CLIENTS)}")
+        if not self.topics or any(n < 1 for n in self.topics.values()):
+            raise ValueError("a workload needs at least one topic with at least one partition")
+
+    def partitions(self) -> list[tuple[str, int]]:
+        return [(t, p) for t, n in sorted(self.topics.items()) for p in range(n)]
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["acks"] = self.producer.acks
+        d["idempotence"] = self.producer.idempotent
+        d["partitions"] = [f"{t}/{p}" for t, p in self.partitions()]
+        return d
+
+
+class WorkerHandle(Protocol):
+    name: str
+
+    def lines(self) -> Iterator[str]: ...
+    def terminate(self) -> None: ...
+    def kill(self) -> None: ...
+    def wait(self, timeout: float) -> int | None: ...
+
+
+class LocalWorker:
+    """A worker as a local subprocess. Its stdin is a pipe we never write:
+    if the harness dies, the pipe closes and the worker (--stdin-stop) stops."""
+
+    def __init__(self, name: str, argv: list[str], log_path: Path | None):
+        self.name = name
+        self._log = open(log_path, "ab") if log_path else subprocess.DEVNULL
+        self.proc = subprocess.Popen([sys.executable, "-m", WORKER_MODULE, *argv, "--stdin-stop"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+                                     text=True, bufsize=1, start_new_session=True)
+
+    def lines(self) -> Iterator[str]:
+        assert self.proc.stdout is not None
+        yield from self.proc.stdout
+
+    def terminate(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+
+    def wait(self, timeout: float) -> int | None:
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        if self._log is not subprocess.DEVNULL:
+            self._log.close()
+        if self.proc.stdin:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
+        return rc
+
+
+class ClusterWorker:
+    """A worker run by the cluster (docker backend: a container of the broker
+    image), through `cluster.run_worker(argv)`. The handle it returns is
+    expected to offer lines() or a stdout iterable, and stop()/terminate(),
+    kill() and wait(timeout)."""
+
+    def __init__(self, name: str, cluster: Any, argv: list[str]):
+        self.name = name
+        self.h = cluster.run_worker(["python", "-m", WORKER_MODULE, *argv])
+
+    def lines(self) -> Iterator[str]:
+        src = self.h.lines() if hasattr(self.h, "lines") else self.h.stdout
+        for line in src:
+            yield line.decode(errors="replace") if isinstance(line, bytes) else line
+
+    def terminate(self) -> None:
+        (getattr(self.h, "terminate", None) or self.h.stop)()
+
+    def kill(self) -> None:
+        self.h.kill()
+
+    def wait(self, timeout: float) -> int | None:
+        return self.h.wait(timeout)
+
+
+Launcher = Callable[[str, list[str]], WorkerHandle]
+
+
+def local_launcher(log_dir: Path | None) -> Launcher:
+    def launch(name: str, argv: list[str]) -> WorkerHandle:
+        if log_dir is not None:
+            log_dir.mkdir(parents=True, exist_ok=True)
+        return LocalWorker(name, argv, log_dir / f"{name}.log" if log_dir else None)
+    return launch
+
+
+def launcher_for(cluster: Any, log_dir: Path | None) -> Launcher:
+    """Workers inside the cluster's network when the backend offers it."""
+    if getattr(cluster, "backend", "") == "docker" and callable(getattr(cluster, "run_worker", None)):
+        return lambda name, argv: ClusterWorker(name, cluster, argv)
+    return local_launcher(log_dir)
+
+
+class _Stream:
+    """Reads one worker's lines into the recorder."""
+
+    def __init__(self, wid: int, handle: WorkerHandle, recorder: Any, log: Callable[[str], None],
+                 on_status: Callable[[dict[str, Any]], None] | None = None):
+        self.wid = wid
+        self.handle = handle
+        self.recorder = recorder
+        self.log = log
+        self.on_status = on_status
+        self.open: dict[tuple[int, int], int] = {}   # (slot, seq) -> op
+        self.thread = threading.Thread(target=self._run, name=f"read-{handle.name}", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            for line in self.handle.lines():
+                self._line(line)
+        except Exception as e:  # noqa: BLE001 - a broken stream ends like a dead worker
+            self.log(f"{self.handle.name}: stream error {e!r}")
+        for (slot, seq), op in sorted(self.open.items()):
+            self.recorder.complete(op, "info", error="worker-exited")
+        self.open.clear()
+
+    def _line(self, line: str) -> None:
+        line = line.strip()
+        if not line:
+            return
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            self.log(f"{self.handle.name}: {line[:200]}")
+            return
+        t = ev.pop("type", None)
+        if t == "invoke":
+            key = (ev.pop("slot"), ev.pop("seq"))
+            self.open[key] = self.recorder.invoke((self.wid, key[0]), ev.pop("f"), **ev)
+        elif t in ("ok", "fail", "info"):
+            key = (ev.pop("slot"), ev.pop("seq"))
+            op = self.open.pop(key, None)
+            if op is None:
+                self.log(f"{self.handle.name}: completion of unknown op {key}")
+                return
+            self.recorder.complete(op, t, **ev)
+        elif t == "status":
+            if self.on_status:
+                self.on_status(ev)
+        elif t == "log":
+            self.log(f"{self.handle.name}: {ev.get('msg')}")
+
+
+@dataclass
+class FinalReads:
+    complete: bool
+    partitions: dict[str, dict[str, Any]]      # "t/0" -> status line
+    missing: list[str]                          # partitions without a status (reader died / timeout)
+
+
+class Workload:
+    """Producers and consumers against one cluster, recorded into `recorder`."""
+
+    def __init__(self, recorder: Any, bootstrap: str | Callable[[], str], spec: WorkloadSpec, *,
+                 launcher: Launcher | None = None, log: Callable[[str], None] = lambda m: None):
+        self.recorder = recorder
+        self._bootstrap = bootstrap
+        self.spec = spec
+        self.launch = launcher or local_launcher(None)
+        self.log = log
+        self._next_wid = 1
+        self.streams: list[_Stream] = []
+
+    @property
+    def bootstrap(self) -> str:
+        return self._bootstrap() if callable(self._bootstrap) else self._bootstrap
+
+    def _spawn(self, role: str, argv: list[str], on_status=None) -> _Stream:
+        wid = self._next_wid
+        self._next_wid += 1
+        name = f"{role}-{wid}"
+        handle = self.launch(name, [role, "--bootstrap", self.bootstrap, "--client", self.spec.client,
+                                    "--worker-id", str(wid), *argv])
+        s = _Stream(wid, handle, self.recorder, self.log, on_status)
+        self.streams.append(s)
+        return s
+
+    def start(self, duration: float = 0.0) -> "Workload":
+        """Start producers and consumers; they stop by themselves after
+        `duration` seconds (0 = only when stopped)."""
+        parts = [f"{t}/{p}" for t, p in self.spec.partitions()]
+        s = self.spec.producer
+        per_rate = self.spec.rate / self.spec.producers if self.spec.producers else 0
+        common = ["--duration", str(duration)]
+        for i in range(self.spec.producers):
+            # Rotate the partition order so producers spread over partitions.
+            mine = parts[i % len(parts):] + parts[:i % len(parts)]
+            self._spawn("producer", [*common, "--partitions", ",".join(mine), "--slots", str(self.spec.slots),
+                                     "--rate", str(per_rate), "--acks", s.acks, "--retries", str(s.retries),
+                                     "--max-in-flight", str(s.max_in_flight),
+                                     "--request-timeout-ms", str(s.request_timeout_ms),
+                                     "--delivery-timeout-ms", str(s.delivery_timeout_ms),
+                                     *(["--idempotent"] if s.idempotent else [])])
+        for i in range(self.spec.consumers):
+            mine = parts[i::self.spec.consumers]
+            if mine:
+                self._spawn("consumer", [*common, "--partitions", ",".join(mine),
+                                         "--rate", str(self.spec.poll_rate)])
+        return self
+
+    def stop(self, drain_s: float = 5.0) -> None:
+        """Ask every worker to stop, wait for them to drain, kill stragglers;
+        returns when every stream is read to its end."""
+        live = [s for s in self.streams if s.thread.is_alive()]
+        for s in live:
+            s.handle.terminate()
+        deadline = time.monotonic() + drain_s + 10
+        for s in live:
+            if s.handle.wait(max(0.1, deadline - time.monotonic())) is None:
+                self.log(f"{s.handle.name}: did not stop, killing it")
+                s.handle.kill()
+                s.handle.wait(5)
+        for s in live:
+            s.thread.join(10)
+
+    def final_reads(self, min_end: dict[tuple[str, int], int] | None = None, *,
+                    timeout: float = 60.0, settle_s: float = 10.0, readers: int = 0) -> FinalReads:
+        """Read every partition from its beginning (polls marked final) until
+        complete or `timeout`. `min_end`: partition -> acknowledged log end
+        (highest acknowledged offset + 1)."""
+        parts = self.spec.partitions()
+        n = readers or min(len(parts), 4)
+        statuses: dict[str, dict[str, Any]] = {}
+        lock = threading.Lock()
+
+        def on_status(ev: dict[str, Any]) -> None:
+            with lock:
+                statuses[f"{ev['topic']}/{ev['partition']}"] = ev
+
+        streams = []
+        for i in range(n):
+            mine = parts[i::n]
+            if not mine:
+                continue
+            ends = ",".join(f"{t}/{p}={(min_end or {}).get((t, p), 0)}" for t, p in mine)
+            streams.append(self._spawn("final", ["--partitions", ",".join(f"{t}/{p}" for t, p in mine),
+                                                 "--timeout", str(timeout), "--settle-s", str(settle_s),
+                                                 "--min-end", ends], on_status))
+        for s in streams:
+            s.thread.join(timeout + 30)
+            if s.thread.is_alive():
+                s.handle.kill()
+                s.thread.join(10)
+            s.handle.wait(5)
+        names = [f"{t}/{p}" for t, p in parts]
+        missing = [p for p in names if p not in statuses]
+        complete = not missing and all(statuses[p].get("complete") for p in names)
+        return FinalReads(complete, statuses, missing)
+
+    def kill_all(self) -> None:
+        for s in self.streams:
+            s.handle.kill()
+        for s in self.streams:
+            s.handle.wait(5)

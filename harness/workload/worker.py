@@ -1,0 +1,329 @@
+"""A workload worker: `python -m harness.workload.worker ROLE [options]`.
+
+Roles:
+  producer  K logical processes ("slots") each with at most one send in
+            flight, sharing one client; values are worker_id * 10^9 + n.
+  consumer  one logical process per assigned partition, polling in turn.
+  final     reads each assigned partition from its first offset until it
+            has returned every offset below the high watermark (and, when
+            --min-end says how far acknowledged writes went, until it reached
+            that too or --settle-s passed); polls are marked final.
+
+Output, one JSON object per line on stdout (the harness owns numbering):
+  {"type": "invoke", "slot": 2, "seq": 17, "f": "send", "topic": "t", "partition": 0, "value": ...}
+  {"type": "ok" | "fail" | "info", "slot": 2, "seq": 17, ...fields}
+  {"type": "status", ...}   final reads: per partition, complete or not
+  {"type": "log", "msg": "..."}
+The worker stops at --duration, on SIGTERM/SIGINT, or when stdin closes
+(with --stdin-stop); it then waits up to --drain-s for ops in flight and
+reports the rest as info.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from harness.workload.clients import ProducerSettings, make_consumer, make_producer
+
+VALUE_STRIDE = 10**9
+
+
+class Out:
+    """Serialized JSON lines on stdout, flushed per line (the harness times
+    events at receipt, so buffering would skew `time`)."""
+
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stdout
+        self.lock = threading.Lock()
+
+    def emit(self, **event: Any) -> None:
+        line = json.dumps(event, separators=(",", ":"))
+        with self.lock:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+
+    def log(self, msg: str) -> None:
+        self.emit(type="log", msg=msg)
+
+
+class Stopper:
+    def __init__(self, duration: float, stdin_stop: bool):
+        self.event = threading.Event()
+        self.deadline = time.monotonic() + duration if duration > 0 else None
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self.event.set())
+        if stdin_stop:
+            threading.Thread(target=self._watch_stdin, daemon=True).start()
+
+    def _watch_stdin(self) -> None:
+        try:
+            while sys.stdin.readline():
+                pass
+        except (OSError, ValueError):
+            pass
+        self.event.set()
+
+    def stopped(self) -> bool:
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            self.event.set()
+        return self.event.is_set()
+
+
+class RateLimiter:
+    """At most `rate` starts a second overall (0 = unlimited)."""
+
+    def __init__(self, rate: float):
+        self.interval = 1.0 / rate if rate > 0 else 0.0
+        self.next = time.monotonic()
+
+    def ready(self) -> bool:
+        if not self.interval:
+            return True
+        now = time.monotonic()
+        if now >= self.next:
+            self.next = max(self.next + self.interval, now - 1.0)  # at most 1 s of burst
+            return True
+        return False
+
+    def wait_s(self) -> float:
+        return max(0.0, self.next - time.monotonic()) if self.interval else 0.0
+
+
+def parse_partitions(text: str) -> list[tuple[str, int]]:
+    out = []
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        topic, _, p = item.rpartition("/")
+        if not topic or not p.isdigit():
+            raise SystemExit(f"bad partition {item!r}: expected TOPIC/PARTITION")
+        out.append((topic, int(p)))
+    return out
+
+
+def parse_min_end(text: str) -> dict[tuple[str, int], int]:
+    """"t/0=17,t/1=4" -> {("t", 0): 17, ("t", 1): 4}"""
+    out = {}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        tp, _, off = item.rpartition("=")
+        [(topic, p)] = parse_partitions(tp)
+        out[(topic, p)] = int(off)
+    return out
+
+
+# -- producer -----------------------------------------------------------------------
+
+def run_producer(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
+    settings = ProducerSettings(acks=a.acks, retries=a.retries, idempotent=a.idempotent,
+                                max_in_flight=a.max_in_flight,
+                                request_timeout_ms=a.request_timeout_ms,
+                                delivery_timeout_ms=a.delivery_timeout_ms)
+    targets = parse_partitions(a.partitions)
+    producer = make_producer(a.client, a.bootstrap, settings, f"chaoslog-w{a.worker_id}")
+    limiter = RateLimiter(a.rate)
+    busy: dict[int, int] = {}          # slot -> seq of its send in flight
+    counter = 0
+    seq = 0
+
+    def completer(slot: int, s: int):
+        def done(t: str, fields: dict[str, Any]) -> None:
+            if busy.get(slot) == s:
+                del busy[slot]
+                out.emit(type=t, slot=slot, seq=s, **fields)
+        return done
+
+    while not stop.stopped():
+        for slot in range(a.slots):
+            if slot in busy or not limiter.ready():
+                continue
+            topic, partition = targets[counter % len(targets)]
+            value = a.worker_id * VALUE_STRIDE + counter
+            counter += 1
+            seq += 1
+            busy[slot] = seq
+            out.emit(type="invoke", slot=slot, seq=seq, f="send", topic=topic,
+                     partition=partition, value=value)
+            producer.send(topic, partition, value, completer(slot, seq))
+        producer.poll(min(0.05, limiter.wait_s()) if len(busy) < a.slots else 0.05)
+    # drain: let in-flight sends finish, then whatever is left is unknown
+    deadline = time.monotonic() + a.drain_s
+    while busy and time.monotonic() < deadline:
+        producer.poll(0.05)
+    left = dict(busy)
+    for slot, s in left.items():
+        out.emit(type="info", slot=slot, seq=s, error="worker-stopped")
+    busy.clear()
+    try:
+        producer.close(1.0)
+    except Exception as e:  # noqa: BLE001
+        out.log(f"closing the producer: {e!r}")
+    return 0
+
+
+# -- consumers -------------------------------------------------------------------------
+
+def _start_offset(c: Any, from_beginning: bool) -> int:
+    """Where a consumer starts: the partition's first offset for final reads,
+    its end for live consumers (they watch new writes)."""
+    for _ in range(20):
+        wm = c.watermarks(cached=False)
+        if wm is not None:
+            return wm[0] if from_beginning else wm[1]
+        time.sleep(0.25)
+    return 0
+
+
+def _reposition(c: Any, out: Out) -> None:
+    """After OFFSET_OUT_OF_RANGE: clamp the position into [low, high]; the
+    next invocation's offset shows the re-seek."""
+    wm = c.watermarks(cached=False)
+    if wm is None:
+        return
+    lo, hi = wm
+    pos = c.position if c.position is not None else lo
+    new = lo if pos < lo else hi
+    out.log(f"{c.topic}/{c.partition}: position {pos} out of range [{lo}, {hi}], seeking to {new}")
+    c.seek(new)
+
+
+def run_consumer(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
+    parts = parse_partitions(a.partitions)
+    consumers = [make_consumer(a.client, a.bootstrap, t, p, f"chaoslog-w{a.worker_id}-{i}")
+                 for i, (t, p) in enumerate(parts)]
+    for c in consumers:
+        c.seek(_start_offset(c, a.from_beginning))
+    limiter = RateLimiter(a.rate)
+    seq = 0
+    while not stop.stopped():
+        for slot, c in enumerate(consumers):
+            if stop.stopped():
+                break
+            while not limiter.ready():
+                time.sleep(min(0.05, limiter.wait_s()))
+            seq += 1
+            out.emit(type="invoke", slot=slot, seq=seq, f="poll", topic=c.topic,
+                     partition=c.partition, offset=c.position)
+            try:
+                t, fields = c.poll(a.max_records, a.poll_timeout)
+            except Exception as e:  # noqa: BLE001 - unknown outcome; keep going
+                t, fields = "info", {"error": f"client-error: {type(e).__name__}"}
+            out.emit(type=t, slot=slot, seq=seq, **fields)
+            if fields.get("error") == "OFFSET_OUT_OF_RANGE":
+                _reposition(c, out)
+    for c in consumers:
+        try:
+            c.close()
+        except Exception:  # noqa: BLE001
+            pass
+    return 0
+
+
+def run_final(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
+    """Read each partition from its beginning until complete, one after the other."""
+    parts = parse_partitions(a.partitions)
+    min_end = parse_min_end(a.min_end)
+    deadline = time.monotonic() + a.timeout
+    seq = 0
+    for slot, (topic, partition) in enumerate(parts):
+        c = make_consumer(a.client, a.bootstrap, topic, partition, f"chaoslog-final-{a.worker_id}-{slot}")
+        wm = None
+        while wm is None and time.monotonic() < deadline and not stop.stopped():
+            wm = c.watermarks(cached=False)
+            if wm is None:
+                time.sleep(0.5)
+        c.seek(wm[0] if wm else 0)
+        want = min_end.get((topic, partition), 0)
+        hw = None
+        reached_hw_at = None
+        complete = False
+        while time.monotonic() < deadline and not stop.stopped():
+            seq += 1
+            out.emit(type="invoke", slot=slot, seq=seq, f="poll", topic=topic, partition=partition,
+                     offset=c.position, final=True)
+            try:
+                t, fields = c.poll(a.max_records, a.poll_timeout)
+            except Exception as e:  # noqa: BLE001
+                t, fields = "info", {"error": f"client-error: {type(e).__name__}"}
+            if t == "ok" and fields.get("high_watermark") is None:
+                wm2 = c.watermarks(cached=False)
+                fields["high_watermark"] = wm2[1] if wm2 else None
+            out.emit(type=t, slot=slot, seq=seq, final=True, **fields)
+            if fields.get("error") == "OFFSET_OUT_OF_RANGE":
+                _reposition(c, out)
+                continue
+            if t != "ok" or fields.get("high_watermark") is None:
+                continue
+            hw = fields["high_watermark"]
+            if c.position is not None and c.position >= hw:
+                # Every offset below hw has been returned. If acknowledged
+                # writes went further, give the cluster --settle-s to catch
+                # up before accepting this high watermark.
+                if hw >= want:
+                    complete = True
+                    break
+                reached_hw_at = reached_hw_at or time.monotonic()
+                if time.monotonic() - reached_hw_at >= a.settle_s:
+                    complete = True
+                    break
+        out.emit(type="status", topic=topic, partition=partition, complete=complete,
+                 high_watermark=hw, position=c.position, min_end=want)
+        try:
+            c.close()
+        except Exception:  # noqa: BLE001
+            pass
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m harness.workload.worker",
+                                description="chaoslog workload worker (JSON lines on stdout)")
+    p.add_argument("role", choices=("producer", "consumer", "final"))
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--client", default="confluent", choices=("confluent", "kafka-python"))
+    p.add_argument("--partitions", required=True, help="TOPIC/P[,TOPIC/P...]")
+    p.add_argument("--worker-id", type=int, required=True)
+    p.add_argument("--duration", type=float, default=0.0, help="seconds; 0 = until stopped")
+    p.add_argument("--drain-s", type=float, default=5.0)
+    p.add_argument("--stdin-stop", action="store_true", help="stop when stdin closes")
+    p.add_argument("--rate", type=float, default=0.0, help="ops/s for this worker; 0 = no limit")
+    # producer
+    p.add_argument("--slots", type=int, default=4)
+    p.add_argument("--acks", default="all")
+    p.add_argument("--retries", type=int, default=0)
+    p.add_argument("--idempotent", action="store_true")
+    p.add_argument("--max-in-flight", type=int, default=1)
+    p.add_argument("--request-timeout-ms", type=int, default=5000)
+    p.add_argument("--delivery-timeout-ms", type=int, default=15000)
+    # consumers
+    p.add_argument("--poll-timeout", type=float, default=0.2)
+    p.add_argument("--max-records", type=int, default=500)
+    p.add_argument("--from-beginning", action="store_true")
+    # final reads
+    p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--settle-s", type=float, default=10.0)
+    p.add_argument("--min-end", default="", help="TOPIC/P=OFFSET,... acknowledged log ends")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    out = Out()
+    stop = Stopper(a.duration, a.stdin_stop)
+    run = {"producer": run_producer, "consumer": run_consumer, "final": run_final}[a.role]
+    try:
+        return run(a, out, stop)
+    except KeyboardInterrupt:
+        return 0
+    except Exception as e:  # noqa: BLE001 - the harness completes our ops as info
+        out.log(f"worker crashed: {e!r}")
+        return 1
+    finally:
+        out.emit(type="done")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
