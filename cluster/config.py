@@ -65,6 +65,9 @@ DEFAULTS: dict[str, Any] = {
     # broker-to-broker link can be routed through its own proxy.
     # Format: "2=127.0.0.1:20012,3=127.0.0.1:20013".
     "chaoslog.peer.addresses": "",
+    # Harness hook, not a Kafka key: run the controller component in this
+    # broker. The data-plane tests turn it off and play the controller by hand.
+    "chaoslog.controller.enable": True,
 }
 
 

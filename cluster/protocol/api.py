@@ -1,0 +1,107 @@
+"""The client APIs this broker serves, at which versions, with which codec.
+
+Bodies are decoded and encoded by kafka-python's classes, which are generated
+from Kafka's own JSON schemas (kafka-python is pinned: its internal API changed
+in 3.0). Version ranges are what the seed-era broker plus the KIP-98/101/279
+additions need: enough for unmodified confluent-kafka 2.x, kafka-python 3.x and
+aiokafka (environment.md, "Real Kafka clients against a broker of our own").
+
+Group and coordinator APIs are deliberately absent: a consumer that sees no
+FindCoordinator in ApiVersions does not try to use a coordinator.
+"""
+from __future__ import annotations
+
+import struct
+
+from kafka.protocol.consumer import (FetchRequest, FetchResponse, ListOffsetsRequest,
+                                     ListOffsetsResponse, OffsetForLeaderEpochRequest,
+                                     OffsetForLeaderEpochResponse)
+from kafka.protocol.metadata import (ApiVersionsRequest, ApiVersionsResponse, MetadataRequest,
+                                     MetadataResponse)
+from kafka.protocol.producer import (InitProducerIdRequest, InitProducerIdResponse,
+                                     ProduceRequest, ProduceResponse)
+
+from cluster.protocol import control
+from cluster.protocol.frame import ProtocolError
+
+PRODUCE = 0
+FETCH = 1
+LIST_OFFSETS = 2
+METADATA = 3
+LEADER_AND_ISR = control.LEADER_AND_ISR
+STOP_REPLICA = control.STOP_REPLICA
+UPDATE_METADATA = control.UPDATE_METADATA
+CONTROLLED_SHUTDOWN = control.CONTROLLED_SHUTDOWN
+API_VERSIONS = 18
+INIT_PRODUCER_ID = 22
+OFFSET_FOR_LEADER_EPOCH = 23
+
+# api key -> (min version, max version, request class, response class)
+CLIENT_APIS: dict[int, tuple[int, int, type, type]] = {
+    PRODUCE: (0, 3, ProduceRequest, ProduceResponse),
+    FETCH: (0, 4, FetchRequest, FetchResponse),
+    LIST_OFFSETS: (0, 1, ListOffsetsRequest, ListOffsetsResponse),
+    METADATA: (0, 4, MetadataRequest, MetadataResponse),
+    API_VERSIONS: (0, 2, ApiVersionsRequest, ApiVersionsResponse),
+    INIT_PRODUCER_ID: (0, 0, InitProducerIdRequest, InitProducerIdResponse),
+    # v1 (KIP-279) returns the leader epoch of the end offset, which a
+    # follower needs to find the point where its log diverged.
+    OFFSET_FOR_LEADER_EPOCH: (0, 1, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse),
+}
+
+# Everything advertised in ApiVersions: the client APIs and the controller's.
+SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
+    **{k: (lo, hi) for k, (lo, hi, _, _) in CLIENT_APIS.items()},
+    **{k: (control.API_VERSION, control.API_VERSION) for k in control.CONTROL_API_KEYS},
+}
+
+NAMES = {PRODUCE: "Produce", FETCH: "Fetch", LIST_OFFSETS: "ListOffsets", METADATA: "Metadata",
+         LEADER_AND_ISR: "LeaderAndIsr", STOP_REPLICA: "StopReplica",
+         UPDATE_METADATA: "UpdateMetadata", CONTROLLED_SHUTDOWN: "ControlledShutdown",
+         API_VERSIONS: "ApiVersions", INIT_PRODUCER_ID: "InitProducerId",
+         OFFSET_FOR_LEADER_EPOCH: "OffsetForLeaderEpoch"}
+
+
+def is_supported(api_key: int, version: int) -> bool:
+    r = SUPPORTED_VERSIONS.get(api_key)
+    return r is not None and r[0] <= version <= r[1]
+
+
+def decode_request(api_key: int, version: int, frame, offset: int):
+    """Decode a client request body; ProtocolError for anything undecodable."""
+    try:
+        lo, hi, req_cls, _ = CLIENT_APIS[api_key]
+    except KeyError:
+        raise ProtocolError(f"api key {api_key} is not a client api") from None
+    if not lo <= version <= hi:
+        raise ProtocolError(f"{req_cls.__name__} v{version} is not supported")
+    try:
+        return req_cls.decode(memoryview(frame)[offset:], version=version)
+    except ProtocolError:
+        raise
+    except Exception as e:  # the generated decoders raise struct.error, ValueError, ...
+        raise ProtocolError(f"malformed {req_cls.__name__} v{version}: {e!r}") from None
+
+
+def encode_response(api_key: int, version: int, response) -> bytes:
+    """The body (no header) of a client response object."""
+    return bytes(response.encode(version=version))
+
+
+def response_class(api_key: int) -> type:
+    return CLIENT_APIS[api_key][3]
+
+
+_AV_ENTRY = struct.Struct(">hhh")
+
+
+def api_versions_body(version: int, error: int = 0) -> bytes:
+    """ApiVersions response body. With an error (UNSUPPORTED_VERSION for a
+    probe at a newer version) Kafka answers with the v0 body, which every
+    client can parse whatever version it asked for."""
+    entries = sorted(SUPPORTED_VERSIONS.items())
+    parts = [struct.pack(">hi", error, len(entries))]
+    parts += [_AV_ENTRY.pack(k, lo, hi) for k, (lo, hi) in entries]
+    if version >= 1 and error == 0:
+        parts.append(struct.pack(">i", 0))  # throttle_time_ms
+    return b"".join(parts)

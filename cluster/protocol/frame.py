@@ -1,0 +1,66 @@
+"""Kafka framing, server side: the int32 size prefix and the request header.
+
+Request header v1 is int16 api_key, int16 api_version, int32 correlation_id,
+nullable string client_id; none of the versions we serve is a "flexible" one
+(header v2), so the body starts right after client_id. A request for a version
+we do not serve still has this prefix, which is all we need to answer it with
+UNSUPPORTED_VERSION.
+
+Responses carry header v0: int32 correlation_id.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from cluster.protocol.control import ProtocolError
+
+__all__ = ["ProtocolError", "RequestHeader", "parse_request_header", "frame_response",
+           "SIZE"]
+
+SIZE = struct.Struct(">i")
+_HDR = struct.Struct(">hhih")
+_RESP_HDR = struct.Struct(">ii")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body_offset: int  # where the body starts in the frame
+
+
+def parse_request_header(frame) -> RequestHeader:
+    """Parse the header of a request frame (size prefix already removed).
+
+    Raises ProtocolError, and nothing else, on bytes that cannot be a header.
+    """
+    if len(frame) < _HDR.size:
+        raise ProtocolError(f"request frame of {len(frame)} bytes is shorter than a header")
+    api_key, api_version, correlation_id, n = _HDR.unpack_from(frame, 0)
+    pos = _HDR.size
+    if n == -1:
+        client_id = None
+    elif n < 0 or pos + n > len(frame):
+        raise ProtocolError(f"bad client_id length {n}")
+    else:
+        try:
+            client_id = bytes(frame[pos:pos + n]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise ProtocolError("client_id is not UTF-8") from None
+        pos += n
+    return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
+
+
+def peek_correlation_id(frame) -> int | None:
+    """The correlation id of a frame whose header may be otherwise broken."""
+    if len(frame) >= 8:
+        return struct.unpack_from(">i", frame, 4)[0]
+    return None
+
+
+def frame_response(correlation_id: int, body) -> bytes:
+    """A whole response frame: size, correlation id (header v0), body."""
+    return _RESP_HDR.pack(len(body) + 4, correlation_id) + body

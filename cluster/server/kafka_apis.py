@@ -1,0 +1,404 @@
+"""KafkaApis: one handler per request type.
+
+`handle(frame)` runs synchronously on the event loop and returns what the
+connection must do next: response bytes, None (no response: acks=0 produce),
+CLOSE, or an awaitable resolving to one of those (an acks=all produce waiting
+for the HW, a fetch waiting for data). Doing the synchronous part at once, in
+arrival order, is what keeps the appends of pipelined produce requests in
+order on a connection while several of them wait for replication at the
+same time; the socket server writes the responses in request order.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from kafka.protocol.consumer import (FetchResponse, ListOffsetsResponse,
+                                     OffsetForLeaderEpochResponse)
+from kafka.protocol.metadata import MetadataResponse
+from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
+from kafka.record.default_records import DefaultRecordBatch
+
+from cluster.protocol import api, control
+from cluster.protocol import errors as E
+from cluster.protocol.frame import (ProtocolError, RequestHeader, frame_response,
+                                    parse_request_header)
+from cluster.protocol.records import RecordError, down_convert, to_v2
+from cluster.server.replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+
+CLOSE = object()  # sentinel: close the connection
+
+
+class KafkaApis:
+    def __init__(self, cfg, rm: ReplicaManager, broker=None):
+        self.cfg = cfg
+        self.rm = rm
+        self.metadata = rm.metadata
+        self.broker = broker  # for ControlledShutdown routing to the local controller
+        self.broker_id = cfg.broker_id
+        self.max_message_bytes = cfg["message.max.bytes"]
+
+    # -- dispatch -------------------------------------------------------------------------
+
+    def handle(self, frame) -> Any:
+        try:
+            hdr = parse_request_header(frame)
+        except ProtocolError as e:
+            log.warning("malformed request header: %s; closing connection", e)
+            return CLOSE
+        key, version = hdr.api_key, hdr.api_version
+        if key == api.API_VERSIONS:
+            if not api.is_supported(key, version):
+                return frame_response(hdr.correlation_id,
+                                      api.api_versions_body(0, E.UNSUPPORTED_VERSION))
+            return frame_response(hdr.correlation_id, api.api_versions_body(version))
+        if not api.is_supported(key, version):
+            log.warning("unsupported request api_key=%d version=%d from %r; closing connection",
+                        key, version, hdr.client_id)
+            return CLOSE
+        try:
+            if key in control.CONTROL_API_KEYS:
+                return self._handle_control(hdr, frame)
+            req = api.decode_request(key, version, frame, hdr.body_offset)
+        except ProtocolError as e:
+            log.warning("malformed %s v%d request from %r: %s; closing connection",
+                        api.NAMES.get(key), version, hdr.client_id, e)
+            return CLOSE
+        handler = self._handlers[key]
+        try:
+            return handler(self, hdr, req)
+        except Exception:
+            log.exception("error handling %s v%d", api.NAMES.get(key), version)
+            return CLOSE
+
+    def _respond(self, hdr: RequestHeader, response) -> bytes:
+        return frame_response(hdr.correlation_id,
+                              api.encode_response(hdr.api_key, hdr.api_version, response))
+
+    # -- controller requests ---------------------------------------------------------------
+
+    def _handle_control(self, hdr: RequestHeader, frame):
+        _, req = control.decode_request(bytes(frame))
+        if isinstance(req, control.LeaderAndIsrRequest):
+            resp = self.rm.handle_leader_and_isr(req)
+        elif isinstance(req, control.StopReplicaRequest):
+            resp = self.rm.handle_stop_replica(req)
+        elif isinstance(req, control.UpdateMetadataRequest):
+            resp = self.rm.handle_update_metadata(req)
+        else:
+            return self._controlled_shutdown(hdr, req)
+        return control.encode_response(resp, hdr.correlation_id)
+
+    def _controlled_shutdown(self, hdr, req: control.ControlledShutdownRequest):
+        """Route to the controller component running in this process; it
+        answers with a concurrent Future of (error, [(topic, partition)])."""
+        controller = getattr(self.broker, "controller", None) if self.broker else None
+        if controller is None:
+            return control.encode_response(
+                control.ControlledShutdownResponse(E.NOT_CONTROLLER, ()), hdr.correlation_id)
+
+        async def run():
+            try:
+                fut = controller.handle_controlled_shutdown(req.broker_id, req.broker_epoch)
+                err, remaining = await asyncio.wrap_future(fut)
+                resp = control.ControlledShutdownResponse(
+                    err, tuple(control.TopicPartition(t, p) for t, p in remaining))
+            except Exception:
+                log.exception("controlled shutdown of broker %d failed", req.broker_id)
+                resp = control.ControlledShutdownResponse(E.UNKNOWN_SERVER_ERROR, ())
+            return control.encode_response(resp, hdr.correlation_id)
+        return run()
+
+    # -- ApiVersions is answered in handle(); Metadata ---------------------------------------
+
+    def _metadata(self, hdr: RequestHeader, req):
+        v = hdr.api_version
+        brokers = [(bid, host, port, None) if v >= 1 else (bid, host, port)
+                   for bid, (host, port) in sorted(self.metadata.live_brokers().items())]
+        if req.topics is None or (v == 0 and not req.topics):
+            names = sorted(self.metadata.topics)
+        else:
+            names = [t.name for t in req.topics]
+        topics = []
+        for name in names:
+            parts = self.metadata.topics.get(name)
+            if parts is None:
+                topics.append((E.UNKNOWN_TOPIC_OR_PARTITION, name, False, []) if v >= 1
+                              else (E.UNKNOWN_TOPIC_OR_PARTITION, name, []))
+                continue
+            plist = []
+            for idx, cp in sorted(parts.items()):
+                err = E.LEADER_NOT_AVAILABLE if cp.leader < 0 else E.NONE
+                plist.append((err, idx, cp.leader, list(cp.replicas), list(cp.isr)))
+            topics.append((E.NONE, name, False, plist) if v >= 1 else (E.NONE, name, plist))
+        kw: dict[str, Any] = {"brokers": brokers, "topics": topics}
+        if v >= 1:
+            kw["controller_id"] = self.metadata.controller_id
+        if v >= 2:
+            kw["cluster_id"] = "chaoslog"
+        if v >= 3:
+            kw["throttle_time_ms"] = 0
+        return self._respond(hdr, MetadataResponse(version=v, **kw))
+
+    # -- Produce ----------------------------------------------------------------------------------
+
+    def _produce(self, hdr: RequestHeader, req):
+        v = hdr.api_version
+        acks = req.acks
+        results: list[tuple[str, list[list[int]]]] = []
+        waits: list[tuple[list[int], asyncio.Future]] = []
+        for td in req.topic_data:
+            plist = []
+            for pd in td.partition_data:
+                r = [pd.index, E.NONE, -1]
+                plist.append(r)
+                if acks not in (0, 1, -1):
+                    r[1] = E.INVALID_REQUIRED_ACKS
+                    continue
+                if v >= 3 and req.transactional_id is not None:
+                    r[1] = E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                    continue
+                p = self.rm.partitions.get((td.name, pd.index))
+                if p is None or not p.is_leader:
+                    r[1] = (E.NOT_LEADER_FOR_PARTITION
+                            if self.metadata.partition(td.name, pd.index) is not None
+                            else E.UNKNOWN_TOPIC_OR_PARTITION)
+                    continue
+                try:
+                    data, headers = to_v2(pd.records)
+                except RecordError as e:
+                    log.warning("produce to %s-%d rejected: %s", td.name, pd.index, e)
+                    r[1] = e.code
+                    continue
+                err, base, required = p.append_as_leader(data, headers, acks, self.rm.min_isr,
+                                                         self.max_message_bytes)
+                r[1], r[2] = err, base
+                if err == E.NONE and acks == -1:
+                    if p.hw >= required:
+                        r[1] = p._ack_result()
+                    else:
+                        waits.append((r, p.hw_waiters.add(required)))
+            results.append((td.name, plist))
+        if acks == 0:
+            # No response; on an error Kafka closes the connection so the
+            # producer notices and refreshes its metadata.
+            if any(r[1] != E.NONE for _, plist in results for r in plist):
+                return CLOSE
+            return None
+        if not waits:
+            return self._produce_response(hdr, results)
+        return self._await_produce(hdr, results, waits, req.timeout_ms)
+
+    async def _await_produce(self, hdr, results, waits, timeout_ms: int):
+        futs = [f for _, f in waits]
+        await asyncio.wait(futs, timeout=max(0, timeout_ms) / 1000)
+        for r, f in waits:
+            if f.done():
+                r[1] = f.result()
+            else:
+                f.cancel()
+                r[1] = E.REQUEST_TIMED_OUT
+        return self._produce_response(hdr, results)
+
+    def _produce_response(self, hdr, results) -> bytes:
+        v = hdr.api_version
+        topics = []
+        for name, plist in results:
+            if v >= 2:
+                parts = [(i, err, off, -1) for i, err, off in plist]
+            else:
+                parts = [(i, err, off) for i, err, off in plist]
+            topics.append((name, parts))
+        kw: dict[str, Any] = {"responses": topics}
+        if v >= 1:
+            kw["throttle_time_ms"] = 0
+        return self._respond(hdr, ProduceResponse(version=v, **kw))
+
+    # -- Fetch -------------------------------------------------------------------------------------
+
+    def _fetch(self, hdr: RequestHeader, req):
+        replica_id = req.replica_id
+        if replica_id >= 0:
+            # A follower's fetch offset is its LEO: record it once per request.
+            for ft in req.topics:
+                for fp in ft.partitions:
+                    p = self.rm.partitions.get((ft.topic, fp.partition))
+                    if p is not None and p.is_leader and fp.fetch_offset <= p.leo:
+                        self.rm.on_follower_fetch(p, replica_id, fp.fetch_offset)
+        result, nbytes, errors = self._read_fetch(hdr, req)
+        if nbytes >= req.min_bytes or req.max_wait_ms <= 0 or errors:
+            return self._fetch_response(hdr, result)
+        return self._delayed_fetch(hdr, req)
+
+    async def _delayed_fetch(self, hdr, req):
+        deadline = time.monotonic() + req.max_wait_ms / 1000
+        parts = [p for ft in req.topics for fp in ft.partitions
+                 if (p := self.rm.partitions.get((ft.topic, fp.partition))) is not None]
+        while parts:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            futs = [p.data_notifier.wait() for p in parts]
+            try:
+                await asyncio.wait(futs, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for f in futs:
+                    f.cancel()
+            result, nbytes, errors = self._read_fetch(hdr, req)
+            if nbytes >= req.min_bytes or errors:
+                return self._fetch_response(hdr, result)
+        if not parts:
+            await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+        result, _, _ = self._read_fetch(hdr, req)
+        return self._fetch_response(hdr, result)
+
+    def _read_fetch(self, hdr, req):
+        v = hdr.api_version
+        replica_id = req.replica_id
+        budget = req.max_bytes if v >= 3 else None
+        total = 0
+        errors = False
+        out = []
+        for ft in req.topics:
+            plist = []
+            for fp in ft.partitions:
+                p = self.rm.partitions.get((ft.topic, fp.partition))
+                hw = -1
+                records = b""
+                if p is None:
+                    err = (E.NOT_LEADER_FOR_PARTITION
+                           if self.metadata.partition(ft.topic, fp.partition) is not None
+                           else E.UNKNOWN_TOPIC_OR_PARTITION)
+                else:
+                    max_bytes = fp.partition_max_bytes
+                    if budget is not None:
+                        max_bytes = min(max_bytes, budget - total)
+                    if max_bytes <= 0 and total > 0:
+                        err = E.NONE
+                    else:
+                        err, records = p.read(fp.fetch_offset, max(max_bytes, 1), replica_id)
+                    hw = p.hw if err in (E.NONE, E.OFFSET_OUT_OF_RANGE) else -1
+                if err != E.NONE:
+                    errors = True
+                total += len(records)
+                plist.append([fp.partition, err, hw, records])
+            out.append((ft.topic, plist))
+        return out, total, errors
+
+    def _fetch_response(self, hdr, result) -> bytes:
+        v = hdr.api_version
+        magic = 2 if v >= 4 else (1 if v >= 2 else 0)
+        topics = []
+        for name, plist in result:
+            parts = []
+            for idx, err, hw, records in plist:
+                if magic < 2 and records:
+                    records = down_convert(records, magic)
+                if v >= 4:
+                    parts.append((idx, err, hw, hw, None, records))
+                else:
+                    parts.append((idx, err, hw, records))
+            topics.append((name, parts))
+        kw: dict[str, Any] = {"responses": topics}
+        if v >= 1:
+            kw["throttle_time_ms"] = 0
+        return self._respond(hdr, FetchResponse(version=v, **kw))
+
+    # -- ListOffsets -------------------------------------------------------------------------------
+
+    def _list_offsets(self, hdr: RequestHeader, req):
+        v = hdr.api_version
+        topics = []
+        for t in req.topics:
+            plist = []
+            for lp in t.partitions:
+                err, ts, off = self._offset_for(t.name, lp.partition_index, lp.timestamp,
+                                                req.replica_id)
+                if v == 0:
+                    plist.append((lp.partition_index, err, [off] if err == E.NONE and off >= 0
+                                  else []))
+                else:
+                    plist.append((lp.partition_index, err, ts, off))
+            topics.append((t.name, plist))
+        return self._respond(hdr, ListOffsetsResponse(version=v, topics=topics))
+
+    def _offset_for(self, topic: str, partition: int, timestamp: int, replica_id: int):
+        p = self.rm.partitions.get((topic, partition))
+        if p is None or not p.is_leader:
+            err = (E.NOT_LEADER_FOR_PARTITION if self.metadata.partition(topic, partition)
+                   is not None or p is not None else E.UNKNOWN_TOPIC_OR_PARTITION)
+            return err, -1, -1
+        if timestamp == -2:
+            return E.NONE, -1, p.log.log_start_offset
+        if timestamp == -1:
+            # Consumers: the HW (the last offset they may read); replicas: the LEO.
+            return E.NONE, -1, p.leo if replica_id >= 0 else p.hw
+        # By timestamp: first batch (below the HW) whose max timestamp reaches it,
+        # then the first record in it that does.
+        for h in p.log.batches(p.log.log_start_offset):
+            if h.base_offset >= p.hw:
+                break
+            if h.max_timestamp >= timestamp:
+                data = p.log.read(h.base_offset, 1, p.hw)
+                for rec in DefaultRecordBatch(data[:h.size]):
+                    if rec.timestamp >= timestamp:
+                        return E.NONE, rec.timestamp, rec.offset
+        return E.NONE, -1, -1
+
+    # -- InitProducerId ------------------------------------------------------------------------------
+
+    def _init_producer_id(self, hdr: RequestHeader, req):
+        if req.transactional_id is not None:
+            return self._respond(hdr, InitProducerIdResponse(
+                version=0, throttle_time_ms=0,
+                error_code=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1,
+                producer_epoch=-1))
+        zk = self.rm.zk
+
+        async def run():
+            err, pid = E.NONE, -1
+            try:
+                pid = await zk.call(zk.next_producer_id, self.broker_id)
+            except Exception as e:
+                log.warning("producer id allocation failed: %r", e)
+                err = E.BROKER_NOT_AVAILABLE
+            log.info("InitProducerId from %r: producer id %d", hdr.client_id, pid)
+            return self._respond(hdr, InitProducerIdResponse(
+                version=0, throttle_time_ms=0, error_code=err, producer_id=pid,
+                producer_epoch=0 if pid >= 0 else -1))
+        return run()
+
+    # -- OffsetForLeaderEpoch (KIP-101 / KIP-279) -----------------------------------------------------
+
+    def _offset_for_leader_epoch(self, hdr: RequestHeader, req):
+        v = hdr.api_version
+        topics = []
+        for t in req.topics:
+            plist = []
+            for lp in t.partitions:
+                p = self.rm.partitions.get((t.topic, lp.partition))
+                if p is None or not p.is_leader:
+                    err = (E.NOT_LEADER_FOR_PARTITION if p is not None
+                           or self.metadata.partition(t.topic, lp.partition) is not None
+                           else E.UNKNOWN_TOPIC_OR_PARTITION)
+                    epoch, end = -1, -1
+                else:
+                    err = E.NONE
+                    epoch, end = p.log.leader_epoch_cache.end_offset_for(lp.leader_epoch, p.leo)
+                plist.append((err, lp.partition, epoch, end) if v >= 1
+                             else (err, lp.partition, end))
+            topics.append((t.topic, plist))
+        return self._respond(hdr, OffsetForLeaderEpochResponse(version=v, topics=topics))
+
+    _handlers = {
+        api.METADATA: _metadata,
+        api.PRODUCE: _produce,
+        api.FETCH: _fetch,
+        api.LIST_OFFSETS: _list_offsets,
+        api.INIT_PRODUCER_ID: _init_producer_id,
+        api.OFFSET_FOR_LEADER_EPOCH: _offset_for_leader_epoch,
+    }

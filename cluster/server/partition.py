@@ -1,0 +1,304 @@
+"""One partition as this broker sees it (seed 000 "Partition" and "Replica").
+
+The local replica is `log`; when this broker leads the partition it also
+tracks every remote replica's LEO and last-caught-up time (from their fetch
+offsets), the ISR, and the zkVersion of the leaderAndISR znode it last saw
+(LeaderAndISRVersionInZK), against which it makes its conditional ISR writes.
+
+High watermark (HW): on the leader, min LEO over the ISR (seed §G); on a
+follower, min(leader HW in the last fetch response, own LEO). Consumers read
+below the HW only; followers read up to the LEO.
+
+All methods run on the broker's event loop (see replica_manager.py); none
+blocks except the log calls, which are page-cache writes and reads.
+"""
+from __future__ import annotations
+
+import logging
+
+from cluster.log.batch import BatchHeader
+from cluster.log.errors import CorruptRecordError, OffsetOutOfRangeError
+from cluster.protocol import errors as E
+from cluster.protocol.records import batch_headers
+from cluster.server.producer_state import ProducerState
+from cluster.server.purgatory import Notifier, OffsetWaiters
+
+log = logging.getLogger(__name__)
+
+
+class RemoteReplica:
+    """The leader's view of a follower (seed 000 Replica with isLocal=false)."""
+
+    __slots__ = ("broker_id", "leo", "last_caught_up_ms", "last_fetch_ms",
+                 "last_fetch_leader_leo")
+
+    def __init__(self, broker_id: int, now_ms: int):
+        self.broker_id = broker_id
+        self.leo = -1  # unknown until it fetches from this leader
+        # A follower gets a full lag period to show up after a leader change.
+        self.last_caught_up_ms = now_ms
+        self.last_fetch_ms = now_ms
+        self.last_fetch_leader_leo = -1
+
+
+class Partition:
+    def __init__(self, topic: str, partition: int, log_, broker_id: int, now_ms: int):
+        self.topic = topic
+        self.partition = partition
+        self.tp = (topic, partition)
+        self.log = log_
+        self.broker_id = broker_id
+        self.replicas: tuple[int, ...] = ()
+        self.leader_id = -1
+        self.leader_epoch = -1
+        self.controller_epoch = -1
+        self.zk_version = -1
+        self.isr: frozenset[int] = frozenset()
+        self.hw = 0
+        # Set when a conditional ISR write found a newer znode version: someone
+        # (the controller) changed leader/ISR, so this broker must stop taking
+        # writes until told what happened (seed 000, discussion 3).
+        self.fenced = False
+        self.remotes: dict[int, RemoteReplica] = {}
+        self.producer_state = ProducerState()
+        self.hw_waiters = OffsetWaiters()
+        self.data_notifier = Notifier()
+        self.isr_update_in_flight = False
+        self.created_ms = now_ms
+
+    # -- state -----------------------------------------------------------------
+
+    @property
+    def leo(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def is_leader(self) -> bool:
+        return self.leader_id == self.broker_id
+
+    def init_hw(self, checkpointed: int | None) -> None:
+        """On load: HW = min(checkpointed HW, LEO) (seed 002 startReplica)."""
+        self.hw = max(self.log.log_start_offset, min(checkpointed or 0, self.leo))
+
+    def rebuild_producer_state(self) -> None:
+        self.producer_state.rebuild(self.log.batches(self.log.log_start_offset))
+
+    def describe(self) -> str:
+        return (f"{self.topic}-{self.partition} leader={self.leader_id} "
+                f"epoch={self.leader_epoch} isr={sorted(self.isr)} hw={self.hw} leo={self.leo}")
+
+    # -- leader / follower transitions (seed 000 §C) -----------------------------
+
+    def make_leader(self, replicas, isr, leader_epoch: int, zk_version: int,
+                    controller_epoch: int, now_ms: int) -> None:
+        self.replicas = tuple(replicas)
+        self.isr = frozenset(isr)
+        self.leader_id = self.broker_id
+        self.leader_epoch = leader_epoch
+        self.zk_version = zk_version
+        self.controller_epoch = controller_epoch
+        self.fenced = False
+        self.isr_update_in_flight = False
+        self.remotes = {r: RemoteReplica(r, now_ms) for r in self.replicas if r != self.broker_id}
+        # KIP-101: the new epoch starts at this replica's LEO, so followers
+        # asking for an older epoch's end get the point where this log stops
+        # agreeing with theirs.
+        self.log.leader_epoch_cache.assign(leader_epoch, self.leo)
+        if self.hw > self.leo:
+            self.hw = self.leo
+        self.maybe_advance_hw()
+        self.data_notifier.notify()
+
+    def make_follower(self, replicas, isr, leader: int, leader_epoch: int, zk_version: int,
+                      controller_epoch: int) -> None:
+        was_leader = self.is_leader
+        self.replicas = tuple(replicas)
+        self.isr = frozenset(isr)
+        self.leader_id = leader
+        self.leader_epoch = leader_epoch
+        self.zk_version = zk_version
+        self.controller_epoch = controller_epoch
+        self.fenced = False
+        self.remotes = {}
+        if was_leader:
+            self.hw_waiters.fail_all(E.NOT_LEADER_FOR_PARTITION)
+        self.data_notifier.notify()
+
+    def stop(self) -> None:
+        """The replica is going away (StopReplica, shutdown): release waiters."""
+        self.leader_id = -1
+        self.hw_waiters.fail_all(E.NOT_LEADER_FOR_PARTITION)
+        self.data_notifier.notify()
+
+    def fence(self) -> None:
+        self.fenced = True
+        self.hw_waiters.fail_all(E.NOT_LEADER_FOR_PARTITION)
+
+    # -- appends -------------------------------------------------------------------
+
+    def append_as_leader(self, data: bytes, headers: list[BatchHeader], acks: int,
+                         min_isr: int, max_batch_bytes: int) -> tuple[int, int, int]:
+        """Append a produce request's batches for this partition.
+
+        Returns (error, base offset, required offset): the base offset to
+        report and, for acks=all, the HW the request must wait for."""
+        if not self.is_leader or self.fenced:
+            return E.NOT_LEADER_FOR_PARTITION, -1, -1
+        if acks == -1 and len(self.isr) < min_isr:
+            return E.NOT_ENOUGH_REPLICAS, -1, -1
+        for h in headers:
+            if h.size > max_batch_bytes:
+                return E.MESSAGE_TOO_LARGE, -1, -1
+        try:
+            if all(h.producer_id < 0 for h in headers):
+                first, last = self.log.append_as_leader(data, self.leader_epoch)
+                return self._appended(first, last)
+            return self._append_idempotent(data, headers)
+        except CorruptRecordError as e:
+            log.warning("%s-%d: corrupt produce batch: %s", self.topic, self.partition, e)
+            return E.CORRUPT_MESSAGE, -1, -1
+
+    def _append_idempotent(self, data: bytes, headers: list[BatchHeader]) -> tuple[int, int, int]:
+        # One batch at a time, so that a duplicate in the middle of a request
+        # is skipped and the state check of each batch sees the ones before.
+        mv = memoryview(data)
+        base = required = -1
+        for h in headers:
+            err, dup = self.producer_state.check(h)
+            if err != E.NONE:
+                return err, -1, -1
+            if dup is not None:
+                first, last = dup
+                log.info("%s-%d: duplicate batch pid=%d seq=%d..%d: already at offset %d",
+                         self.topic, self.partition, h.producer_id, h.base_sequence,
+                         h.last_sequence, first)
+            else:
+                chunk = bytes(mv[h.position:h.position + h.size])
+                first, last = self.log.append_as_leader(chunk, self.leader_epoch)
+                h.base_offset = first
+                self.producer_state.update(h, first)
+                self._on_leo_change()
+            if base < 0:
+                base = first
+            required = max(required, last + 1)
+        return E.NONE, base, required
+
+    def _appended(self, first: int, last: int) -> tuple[int, int, int]:
+        self._on_leo_change()
+        return E.NONE, first, last + 1
+
+    def _on_leo_change(self) -> None:
+        # ISR of one: the HW follows the LEO. Followers long-polling wake up.
+        self.maybe_advance_hw()
+        self.data_notifier.notify()
+
+    def append_as_follower(self, data) -> int:
+        """Append fetched batches; returns how many offsets were added."""
+        before = self.leo
+        first, last = self.log.append_as_follower(data)
+        if last >= first:
+            for h in batch_headers(data):
+                if h.base_offset > last:
+                    break
+                self.producer_state.update(h)
+        return self.leo - before
+
+    def update_follower_hw(self, leader_hw: int) -> None:
+        new = min(leader_hw, self.leo)
+        if new != self.hw:
+            self.hw = new
+
+    def truncate_to(self, offset: int) -> bool:
+        """Truncate the local log (follower); True if data was removed."""
+        if offset >= self.leo:
+            return False
+        self.log.truncate_to(offset)
+        if self.hw > self.leo:
+            self.hw = self.leo
+        self.rebuild_producer_state()
+        return True
+
+    # -- the leader's view of followers (seed 000 §G) -----------------------------
+
+    def record_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> bool:
+        """A follower fetched from `fetch_offset`: that is its LEO. Returns True
+        when it is out of the ISR but has caught up (ISR expansion due)."""
+        r = self.remotes.get(replica_id)
+        if r is None:
+            return False
+        leader_leo = self.leo
+        r.leo = fetch_offset
+        if fetch_offset >= leader_leo:
+            r.last_caught_up_ms = now_ms
+        elif fetch_offset >= r.last_fetch_leader_leo >= 0:
+            # It has everything the leader had at its previous fetch.
+            r.last_caught_up_ms = max(r.last_caught_up_ms, r.last_fetch_ms)
+        r.last_fetch_ms = now_ms
+        r.last_fetch_leader_leo = leader_leo
+        if replica_id in self.isr:
+            self.maybe_advance_hw()
+            return False
+        return fetch_offset >= self.hw
+
+    def expanded_isr(self) -> frozenset[int] | None:
+        """The ISR plus every assigned follower that has caught up to the HW."""
+        add = {r.broker_id for r in self.remotes.values()
+               if r.broker_id not in self.isr and r.broker_id in self.replicas
+               and r.leo >= self.hw and r.leo >= 0}
+        return self.isr | add if add else None
+
+    def shrunk_isr(self, now_ms: int, lag_ms: int, lag_messages: int) -> frozenset[int] | None:
+        """The ISR without followers that are stuck (not caught up within
+        lag_ms) or slow (more than lag_messages behind), or None if none is."""
+        leo = self.leo
+        out = set()
+        for b in self.isr:
+            if b == self.broker_id:
+                continue
+            r = self.remotes.get(b)
+            if r is None:
+                out.add(b)
+            elif now_ms - r.last_caught_up_ms > lag_ms:
+                out.add(b)
+            elif lag_messages > 0 and r.leo >= 0 and leo - r.leo > lag_messages:
+                out.add(b)
+        return self.isr - out if out else None
+
+    def apply_isr(self, isr: frozenset[int], zk_version: int) -> None:
+        self.isr = isr
+        self.zk_version = zk_version
+        self.maybe_advance_hw()
+
+    def maybe_advance_hw(self) -> None:
+        if not self.is_leader:
+            return
+        new = self.leo
+        for b in self.isr:
+            if b != self.broker_id:
+                r = self.remotes.get(b)
+                leo = r.leo if r is not None else -1
+                if leo < new:
+                    new = leo
+        if new > self.hw:
+            self.hw = new
+            self.hw_waiters.complete_up_to(new, self._ack_result)
+            self.data_notifier.notify()
+
+    def _ack_result(self) -> int:
+        return E.NONE if len(self.isr) >= self.min_isr else E.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+
+    min_isr = 1  # set by the replica manager from min.insync.replicas
+
+    # -- reads -----------------------------------------------------------------------
+
+    def read(self, fetch_offset: int, max_bytes: int, replica_id: int) -> tuple[int, bytes]:
+        """(error, records) for a fetch. Consumers see below the HW only; an
+        offset between HW and LEO gives an empty set (seed 000 discussion 7);
+        below the log start or past the LEO is OFFSET_OUT_OF_RANGE."""
+        if not self.is_leader:
+            return E.NOT_LEADER_FOR_PARTITION, b""
+        max_offset = None if replica_id >= 0 else self.hw
+        try:
+            return E.NONE, self.log.read(fetch_offset, max_bytes, max_offset)
+        except OffsetOutOfRangeError:
+            return E.OFFSET_OUT_OF_RANGE, b""

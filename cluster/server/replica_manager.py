@@ -1,0 +1,356 @@
+"""ReplicaManager: every partition replica on this broker, and what the
+controller tells the broker to do with them (seed 000 §C, §G).
+
+Concurrency model (the whole broker): ONE asyncio event loop owns all
+partition state: the socket server, request handling, the replica fetchers
+(one task per source broker), the purgatory, the ISR expiration and HW
+checkpoint timers all run on it, so partition state needs no locks and every
+state change is atomic with respect to every other one. Blocking work leaves
+the loop: ZooKeeper calls run on the ZooKeeper thread (zk_client.ZkClient.call),
+checkpoint files and flushes on the default executor. Kazoo's callbacks come
+back to the loop with call_soon_threadsafe. The controller component, when
+present, runs its own threads and talks to this broker over its socket, like
+to any other broker. Log appends and reads run on the loop: they are
+page-cache writes and reads (the log fsyncs only on roll, flush policy or
+shutdown).
+
+Requests from the controller carry its epoch; an epoch older than the newest
+seen is STALE_CONTROLLER_EPOCH. A LeaderAndIsr partition entry whose leader
+epoch is not newer than the replica's is ignored (and logged). Every state
+change received and completed is logged on one `state-change:` line.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from cluster.log import LogManager
+from cluster.protocol import control
+from cluster.protocol import errors as E
+from cluster.protocol.control import (LeaderAndIsrRequest, LeaderAndIsrResponse, PartitionError,
+                                      StopReplicaRequest, StopReplicaResponse,
+                                      UpdateMetadataRequest, UpdateMetadataResponse)
+from cluster.server.fetcher import FetcherManager
+from cluster.server.metadata_cache import MetadataCache
+from cluster.server.partition import Partition
+from cluster.server.zk_client import BadVersionError, ZkClient
+from cluster.zkpaths import LeaderAndIsr
+
+log = logging.getLogger(__name__)
+state_log = logging.getLogger("state.change")
+
+
+def now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class ReplicaManager:
+    def __init__(self, cfg, log_manager: LogManager, zk: ZkClient | None,
+                 metadata: MetadataCache):
+        self.cfg = cfg
+        self.broker_id = cfg.broker_id
+        self.log_manager = log_manager
+        self.zk = zk
+        self.metadata = metadata
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self.controller_epoch = -1
+        self.truncation = cfg["replication.truncation"]
+        self.min_isr = cfg["min.insync.replicas"]
+        self.lag_ms = cfg["replica.lag.time.max.ms"]
+        self.lag_messages = cfg["replica.lag.max.messages"]
+        self.peer_addresses = cfg.peer_addresses()
+        self.leader_addresses: dict[int, tuple[str, int]] = {}
+        self.fetchers = FetcherManager(self, self._address_of)
+        self._tasks: list[asyncio.Task] = []
+        self._isr_changes: set[tuple[str, int]] = set()
+        self._isr_notify_scheduled = False
+
+    # -- startup / shutdown -------------------------------------------------------------
+
+    def load(self, assigned: set[tuple[str, int]] | None) -> None:
+        """Open local logs; delete those no longer assigned to this broker
+        (deleted while it was down: seed 000 §E step 4); HW = min(checkpoint, LEO)."""
+        logs = self.log_manager.load_existing()
+        hws = self.log_manager.read_high_watermarks()
+        for tp, lg in logs.items():
+            if assigned is not None and tp not in assigned:
+                log.info("deleting local replica %s-%d: no longer assigned to broker %d",
+                         tp[0], tp[1], self.broker_id)
+                self.log_manager.delete_log(*tp)
+                continue
+            p = self._new_partition(tp, lg)
+            p.init_hw(hws.get(tp))
+            p.rebuild_producer_state()
+            log.info("loaded replica %s", p.describe())
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._isr_expiration_loop(), name="isr-expiration"))
+        self._tasks.append(loop.create_task(self._hw_checkpoint_loop(), name="hw-checkpoint"))
+        self._tasks.append(loop.create_task(self._retention_loop(), name="log-retention"))
+
+    async def shutdown(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.fetchers.shutdown()
+        for p in self.partitions.values():
+            p.stop()
+        self.checkpoint_hws()
+
+    def _new_partition(self, tp, lg) -> Partition:
+        p = Partition(tp[0], tp[1], lg, self.broker_id, now_ms())
+        p.min_isr = self.min_isr
+        self.partitions[tp] = p
+        return p
+
+    def _address_of(self, broker_id: int):
+        addr = (self.peer_addresses.get(broker_id) or self.leader_addresses.get(broker_id)
+                or self.metadata.endpoint(broker_id))
+        if addr is not None or self.zk is None:
+            return addr
+        return self._zk_address_of(broker_id)
+
+    async def _zk_address_of(self, broker_id: int):
+        reg = await self.zk.call(self.zk.broker_registration, broker_id)
+        return (reg.host, reg.port) if reg is not None else None
+
+    # -- controller epoch -----------------------------------------------------------------
+
+    def _check_controller_epoch(self, name: str, controller_id: int, epoch: int) -> bool:
+        if epoch < self.controller_epoch:
+            state_log.warning(
+                "state-change: broker=%d rejected %s controller_id=%d controller_epoch=%d "
+                "reason=stale-controller-epoch latest_controller_epoch=%d",
+                self.broker_id, name, controller_id, epoch, self.controller_epoch)
+            return False
+        self.controller_epoch = epoch
+        return True
+
+    def _state_line(self, what: str, change: str, topic: str, partition: int, leader: int,
+                    leader_epoch: int, controller_id: int, controller_epoch: int,
+                    extra: str = "") -> None:
+        state_log.info(
+            "state-change: broker=%d %s %s topic=%s partition=%d leader=%d leader_epoch=%d "
+            "controller_id=%d controller_epoch=%d%s", self.broker_id, what, change, topic,
+            partition, leader, leader_epoch, controller_id, controller_epoch, extra)
+
+    # -- LeaderAndIsr (seed 000 §C on_LeaderAndISRCommand) ----------------------------------
+
+    def handle_leader_and_isr(self, req: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
+        if not self._check_controller_epoch("leader-and-isr", req.controller_id,
+                                            req.controller_epoch):
+            return control.response_for(req, E.STALE_CONTROLLER_EPOCH)
+        for b in req.live_leaders:
+            self.leader_addresses[b.id] = (b.host, b.port)
+        results = []
+        for s in req.partition_states:
+            change = "become-leader" if s.leader == self.broker_id else "become-follower"
+            self._state_line("received", change, s.topic, s.partition, s.leader, s.leader_epoch,
+                             req.controller_id, req.controller_epoch)
+            try:
+                err = self._apply_partition_state(s, req, change)
+            except Exception:
+                log.exception("%s for %s-%d failed", change, s.topic, s.partition)
+                err = E.KAFKA_STORAGE_ERROR
+            results.append(PartitionError(s.topic, s.partition, err))
+        if req.init:
+            listed = {(s.topic, s.partition) for s in req.partition_states}
+            for tp in [tp for tp in self.partitions if tp not in listed]:
+                self._state_line("received", "delete-replica", tp[0], tp[1], -1, -1,
+                                 req.controller_id, req.controller_epoch, " reason=init")
+                self._stop_replica(tp, delete=True)
+                self._state_line("completed", "delete-replica", tp[0], tp[1], -1, -1,
+                                 req.controller_id, req.controller_epoch, " reason=init")
+        return LeaderAndIsrResponse(E.NONE, tuple(results))
+
+    def _apply_partition_state(self, s, req, change: str) -> int:
+        tp = (s.topic, s.partition)
+        p = self.partitions.get(tp)
+        if p is not None and s.leader_epoch <= p.leader_epoch:
+            self._state_line("ignored", change, s.topic, s.partition, s.leader, s.leader_epoch,
+                             req.controller_id, req.controller_epoch,
+                             f" reason=stale-leader-epoch current_leader_epoch={p.leader_epoch}")
+            return E.NONE
+        if self.broker_id not in s.replicas:
+            self._state_line("ignored", change, s.topic, s.partition, s.leader, s.leader_epoch,
+                             req.controller_id, req.controller_epoch,
+                             " reason=not-in-assigned-replicas")
+            return E.UNKNOWN_TOPIC_OR_PARTITION
+        if p is None:  # startReplica: create the partition directory
+            p = self._new_partition(tp, self.log_manager.get_or_create_log(*tp))
+            p.init_hw(0)
+        if s.leader == self.broker_id:
+            self._become_leader(p, s, req.controller_epoch)
+        else:
+            self._become_follower(p, s, req.controller_epoch)
+        self._state_line("completed", change, s.topic, s.partition, s.leader, s.leader_epoch,
+                         req.controller_id, req.controller_epoch,
+                         f" isr={','.join(map(str, s.isr))} hw={p.hw} leo={p.leo}")
+        return E.NONE
+
+    def _become_leader(self, p: Partition, s, controller_epoch: int) -> None:
+        # Stop fetching first: after this nothing from the old leader is appended.
+        self.fetchers.remove(p.tp)
+        p.make_leader(s.replicas, s.isr, s.leader_epoch, s.zk_version, controller_epoch,
+                      now_ms())
+
+    def _become_follower(self, p: Partition, s, controller_epoch: int) -> None:
+        same_leader = (not p.is_leader and p.leader_id == s.leader and s.leader >= 0
+                       and self.fetchers.source_of(p.tp) == s.leader)
+        p.make_follower(s.replicas, s.isr, s.leader, s.leader_epoch, s.zk_version,
+                        controller_epoch)
+        if same_leader:
+            return  # already following that leader (Kafka skips the restart too)
+        self.fetchers.remove(p.tp)
+        if self.truncation == "hw":
+            # Seed 000 becomeFollower: truncate the log to the HW, fetch from LEO.
+            p.truncate_to(p.hw)
+        if s.leader >= 0:
+            self.fetchers.add(p.tp, s.leader, p.leo, truncating=self.truncation == "leader-epoch")
+
+    # -- StopReplica ------------------------------------------------------------------------
+
+    def handle_stop_replica(self, req: StopReplicaRequest) -> StopReplicaResponse:
+        if not self._check_controller_epoch("stop-replica", req.controller_id,
+                                            req.controller_epoch):
+            return control.response_for(req, E.STALE_CONTROLLER_EPOCH)
+        results = []
+        extra = f" delete={str(req.delete_partitions).lower()}"
+        for tp in req.partitions:
+            p = self.partitions.get((tp.topic, tp.partition))
+            lead = p.leader_id if p else -1
+            epoch = p.leader_epoch if p else -1
+            self._state_line("received", "stop-replica", tp.topic, tp.partition, lead, epoch,
+                             req.controller_id, req.controller_epoch, extra)
+            err = E.NONE
+            try:
+                self._stop_replica((tp.topic, tp.partition), req.delete_partitions)
+            except Exception:
+                log.exception("stop-replica %s-%d failed", tp.topic, tp.partition)
+                err = E.KAFKA_STORAGE_ERROR
+            self._state_line("completed", "stop-replica", tp.topic, tp.partition, lead, epoch,
+                             req.controller_id, req.controller_epoch, extra)
+            results.append(PartitionError(tp.topic, tp.partition, err))
+        return StopReplicaResponse(E.NONE, tuple(results))
+
+    def _stop_replica(self, tp, delete: bool) -> None:
+        self.fetchers.remove(tp)
+        p = self.partitions.get(tp)
+        if p is not None:
+            p.stop()
+        if delete:
+            self.partitions.pop(tp, None)
+            if self.log_manager.get_log(*tp) is not None:
+                self.log_manager.delete_log(*tp)
+
+    # -- UpdateMetadata ---------------------------------------------------------------------
+
+    def handle_update_metadata(self, req: UpdateMetadataRequest) -> UpdateMetadataResponse:
+        if not self._check_controller_epoch("update-metadata", req.controller_id,
+                                            req.controller_epoch):
+            return control.UpdateMetadataResponse(E.STALE_CONTROLLER_EPOCH)
+        self.metadata.update(req)
+        state_log.info("state-change: broker=%d completed update-metadata partitions=%d "
+                       "live_brokers=%s controller_id=%d controller_epoch=%d", self.broker_id,
+                       len(req.partition_states), ",".join(str(b.id) for b in req.live_brokers),
+                       req.controller_id, req.controller_epoch)
+        return UpdateMetadataResponse(E.NONE)
+
+    # -- ISR maintenance on the leader (seed 000 §G maybe_change_ISR) ---------------------------
+
+    def on_follower_fetch(self, p: Partition, replica_id: int, fetch_offset: int) -> None:
+        if p.record_follower_fetch(replica_id, fetch_offset, now_ms()):
+            new = p.expanded_isr()
+            if new is not None:
+                self._change_isr(p, new, "expand")
+
+    async def _isr_expiration_loop(self) -> None:
+        interval = max(0.05, self.lag_ms / 2000)
+        while True:
+            await asyncio.sleep(interval)
+            t = now_ms()
+            for p in list(self.partitions.values()):
+                if p.is_leader and not p.fenced:
+                    new = p.shrunk_isr(t, self.lag_ms, self.lag_messages)
+                    if new is not None:
+                        self._change_isr(p, new, "shrink")
+
+    def _change_isr(self, p: Partition, new_isr: frozenset[int], why: str) -> None:
+        if p.isr_update_in_flight or p.fenced or self.zk is None:
+            return
+        p.isr_update_in_flight = True
+        asyncio.get_running_loop().create_task(self._write_isr(p, new_isr, why))
+
+    async def _write_isr(self, p: Partition, new_isr: frozenset[int], why: str) -> None:
+        """Conditional write of the new ISR (leader, epochs unchanged) at the
+        zkVersion we hold; only after it succeeds does the ISR change here."""
+        epoch, version = p.leader_epoch, p.zk_version
+        new = LeaderAndIsr(self.broker_id, epoch, tuple(sorted(new_isr)), p.controller_epoch,
+                           version)
+        try:
+            new_version = await self.zk.call(self.zk.update_isr, p.topic, p.partition, new)
+        except BadVersionError:
+            if p.leader_epoch == epoch and p.is_leader:
+                log.warning("%s-%d: ISR %s failed: leaderAndISR is no longer at version %d; "
+                            "this broker stops accepting writes for it until the controller "
+                            "says otherwise", p.topic, p.partition, why, version)
+                p.fence()
+            return
+        except Exception as e:
+            log.warning("%s-%d: ISR %s to %s failed: %r; will retry", p.topic, p.partition, why,
+                        sorted(new_isr), e)
+            return
+        finally:
+            p.isr_update_in_flight = False
+        if p.leader_epoch != epoch or not p.is_leader:
+            return  # a LeaderAndIsr arrived meanwhile and rules
+        log.info("%s-%d: ISR %s %s -> %s (zkVersion %d)", p.topic, p.partition, why,
+                 sorted(p.isr), sorted(new_isr), new_version)
+        p.apply_isr(new_isr, new_version)
+        self._isr_changes.add(p.tp)
+        if not self._isr_notify_scheduled:
+            self._isr_notify_scheduled = True
+            asyncio.get_running_loop().create_task(self._notify_isr_changes())
+
+    async def _notify_isr_changes(self) -> None:
+        """One /isr_change_notification znode per burst of ISR changes (as Kafka
+        0.9), so the controller refreshes everyone's metadata."""
+        await asyncio.sleep(0.05)
+        changes, self._isr_changes = sorted(self._isr_changes), set()
+        self._isr_notify_scheduled = False
+        try:
+            await self.zk.call(self.zk.notify_isr_change, changes)
+        except Exception as e:
+            log.warning("ISR change notification for %s failed: %r", changes, e)
+
+    # -- HW checkpoint, retention ------------------------------------------------------------
+
+    def high_watermarks(self) -> dict[tuple[str, int], int]:
+        return {tp: p.hw for tp, p in self.partitions.items()}
+
+    def checkpoint_hws(self) -> None:
+        self.log_manager.checkpoint_high_watermarks(self.high_watermarks())
+
+    async def _hw_checkpoint_loop(self) -> None:
+        interval = self.cfg["replica.high.watermark.checkpoint.interval.ms"] / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await loop.run_in_executor(None, self.log_manager.checkpoint_high_watermarks,
+                                           self.high_watermarks())
+            except Exception:
+                log.exception("HW checkpoint failed")
+
+    async def _retention_loop(self) -> None:
+        interval = self.cfg["log.retention.check.interval.ms"] / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await loop.run_in_executor(None, lambda hws: self.log_manager.apply_retention(
+                    high_watermarks=hws), self.high_watermarks())
+            except Exception:
+                log.exception("log retention failed")

@@ -1,0 +1,106 @@
+"""Fixtures of the broker tests: one real ZooKeeper per session, brokers as
+real processes (killed at teardown, even on failure), each test module in its
+own ZooKeeper chroot so clusters never see each other's znodes."""
+from __future__ import annotations
+
+import itertools
+import sys
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+sys.path.insert(0, str(Path(__file__).parent))
+from broker_cluster import BrokerProcess, HandController, ZooKeeper  # noqa: E402
+
+_chroots = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def zookeeper():
+    zk = ZooKeeper().start()
+    try:
+        yield zk
+    finally:
+        zk.stop()
+
+
+class Cluster:
+    """Brokers of one test (or module) under their own chroot, plus a kazoo
+    client on that chroot and a HandController."""
+
+    def __init__(self, zookeeper: ZooKeeper, base: Path, n: int, **config):
+        self.chroot = f"/t{next(_chroots)}"
+        root = KazooClient(zookeeper.hosts)
+        root.start()
+        root.ensure_path(self.chroot)
+        root.stop()
+        root.close()
+        self.zk = KazooClient(zookeeper.hosts + self.chroot)
+        self.zk.start()
+        self.zk_hosts = zookeeper.hosts
+        self.base = base
+        self.config = config
+        self.brokers: dict[int, BrokerProcess] = {}
+        try:
+            for i in range(1, n + 1):
+                self.add_broker(i)
+            for b in self.brokers.values():
+                b.wait_registered(self.zk)
+        except BaseException:
+            self.close()
+            raise
+        self.hc = HandController(self.zk, self.brokers)
+
+    def add_broker(self, i: int, start: bool = True) -> BrokerProcess:
+        b = BrokerProcess(i, self.zk_hosts, self.base, chroot=self.chroot, **self.config)
+        self.brokers[i] = b
+        if start:
+            b.start()
+        return b
+
+    def restart(self, i: int) -> BrokerProcess:
+        old = self.brokers[i]
+        old.kill()
+        old.start()
+        return old.wait_registered(self.zk)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers.values() if b.alive)
+
+    def stderr(self) -> str:
+        return "\n".join(f"--- broker {b.id}\n{b.stderr()[-4000:]}" for b in self.brokers.values())
+
+    def close(self) -> None:
+        for b in self.brokers.values():
+            b.kill()
+        self.zk.stop()
+        self.zk.close()
+
+
+@pytest.fixture
+def make_cluster(zookeeper, tmp_path):
+    made: list[Cluster] = []
+
+    def make(n: int = 3, **config) -> Cluster:
+        c = Cluster(zookeeper, tmp_path / f"c{len(made)}", n, **config)
+        made.append(c)
+        return c
+    try:
+        yield make
+    finally:
+        for c in made:
+            c.close()
+
+
+@pytest.fixture(scope="module")
+def cluster3(zookeeper, tmp_path_factory):
+    """A shared 3-broker cluster for tests that do not disturb each other
+    (each uses its own topics)."""
+    c = Cluster(zookeeper, tmp_path_factory.mktemp("cluster3"), 3,
+                **{"min.insync.replicas": 2})
+    try:
+        yield c
+    finally:
+        c.close()

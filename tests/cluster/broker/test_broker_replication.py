@@ -1,0 +1,306 @@
+"""Replication (seed 000 §G) with real broker processes and a hand-played
+controller: acks=all across a leader kill, ISR shrink/expand written
+conditionally to ZooKeeper, the leader fenced by a failed conditional write,
+min.insync.replicas, HW checkpoints, and hw vs leader-epoch truncation."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from broker_cluster import wait_until
+from cluster import zkpaths
+from cluster.protocol import control
+from cluster.zkpaths import LeaderAndIsr, TopicAssignment
+from kafka_wire import Wire, fetch, list_offset, produce, v2_batch
+
+
+def _lai(cluster, topic, p=0) -> LeaderAndIsr:
+    data, stat = cluster.zk.get(zkpaths.leader_and_isr_path(topic, p))
+    return LeaderAndIsr.decode(data, stat.version)
+
+
+def _consume_all(cluster, topic: str, leader: int) -> list[bytes]:
+    """Every record below the HW of the leader, via raw Fetch v4."""
+    from kafka.record.memory_records import MemoryRecords
+    w = Wire(cluster.brokers[leader].address)
+    out, offset = [], 0
+    try:
+        while True:
+            err, hw, records = fetch(w, topic, 0, offset)
+            assert err == 0, err
+            if not records:
+                return out
+            mr = MemoryRecords(records)
+            while mr.has_next():
+                batch = mr.next_batch()
+                if batch is None:
+                    break
+                for r in batch:
+                    out.append(r.value)
+                    offset = r.offset + 1
+    finally:
+        w.close()
+
+
+def test_leader_killed_under_acks_all_load(make_cluster):
+    """min ISR 2, unclean election off: SIGKILL the leader while a producer
+    sends with acks=all, elect an ISR member by hand; every acknowledged
+    message is on the new leader."""
+    import confluent_kafka as ck
+    c = make_cluster(3, **{"min.insync.replicas": 2, "unclean.leader.election.enable": False})
+    c.hc.create_topic("fo", {0: (1, 2, 3)})
+    acked: list[bytes] = []
+    failed: list[str] = []
+    stop = threading.Event()
+    boot = c.bootstrap
+
+    def produce_loop():
+        p = ck.Producer({"bootstrap.servers": boot, "acks": "all", "linger.ms": 2,
+                         "message.timeout.ms": 30000, "retry.backoff.ms": 100,
+                         "topic.metadata.refresh.interval.ms": 500})
+
+        def cb(err, msg):
+            if err:
+                failed.append(str(err))
+            else:
+                acked.append(msg.value())
+        i = 0
+        while not stop.is_set():
+            try:
+                p.produce("fo", value=b"m%06d" % i, partition=0, on_delivery=cb)
+                i += 1
+            except BufferError:
+                pass
+            p.poll(0.001 if i % 50 == 0 else 0)
+        p.flush(40)
+
+    t = threading.Thread(target=produce_loop)
+    t.start()
+    try:
+        wait_until(lambda: len(acked) > 2000, 30, "acks before the kill")
+        c.brokers[1].kill()
+        cur = _lai(c, "fo")
+        survivors = tuple(b for b in cur.isr if b != 1)
+        assert len(survivors) >= 2  # nobody lagged out
+        c.hc.elect("fo", 0, survivors[0], survivors)
+        n = len(acked)
+        wait_until(lambda: len(acked) > n + 2000, 30, "acks after the failover")
+    finally:
+        stop.set()
+        t.join(60)
+    got = _consume_all(c, "fo", survivors[0])
+    missing = set(acked) - set(got)
+    assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:5]}"
+    assert len(acked) > 4000
+
+
+def test_isr_shrink_expand_and_min_isr(make_cluster):
+    c = make_cluster(3, **{"min.insync.replicas": 2, "replica.lag.time.max.ms": 1000})
+    c.hc.create_topic("isr", {0: (1, 2, 3)})
+    w = Wire(c.brokers[1].address)
+    assert produce(w, "isr", 0, v2_batch([b"a"])) == (0, 0)
+    version0 = _lai(c, "isr").zk_version
+
+    # Follower 3 dies: the leader shrinks the ISR with a conditional write,
+    # keeping leader, leader epoch and controller epoch, and notifies.
+    c.brokers[3].kill()
+    wait_until(lambda: _lai(c, "isr").isr == (1, 2), 10, "ISR shrink to 1,2")
+    lai = _lai(c, "isr")
+    assert (lai.leader, lai.leader_epoch, lai.controller_epoch) == (1, 0, 1)
+    assert lai.zk_version == version0 + 1
+    def notified():
+        notes = c.zk.get_children(zkpaths.ISR_CHANGE_NOTIFICATION)
+        return any(("isr", 0) in zkpaths.decode_partition_list(
+            c.zk.get(f"{zkpaths.ISR_CHANGE_NOTIFICATION}/{n}")[0]) for n in notes)
+    wait_until(notified, 5, "isr_change_notification znode")
+    assert produce(w, "isr", 0, v2_batch([b"b"])) == (0, 1)  # ISR 2 >= min ISR 2
+
+    # Follower 2 freezes: an acks=all append waits, the ISR shrinks to {1}
+    # below min ISR -> NOT_ENOUGH_REPLICAS_AFTER_APPEND; then NOT_ENOUGH_REPLICAS.
+    os.kill(c.brokers[2].proc.pid, signal.SIGSTOP)
+    try:
+        assert produce(w, "isr", 0, v2_batch([b"c"]), timeout_ms=15000) == (20, 2)
+        assert _lai(c, "isr").isr == (1,)
+        assert produce(w, "isr", 0, v2_batch([b"d"]))[0] == 19
+        assert list_offset(w, "isr", 0) == (0, 3)  # nothing appended by the refused one
+        assert produce(w, "isr", 0, v2_batch([b"e"]), acks=1) == (0, 3)
+    finally:
+        os.kill(c.brokers[2].proc.pid, signal.SIGCONT)
+
+    # Both come back and catch up: the ISR expands again.
+    c.brokers[3].start().wait_registered(c.zk)
+    c.hc.push([c.hc.state("isr", 0)], to={3})
+    wait_until(lambda: _lai(c, "isr").isr == (1, 2, 3), 15, "ISR expand to 1,2,3")
+    assert produce(w, "isr", 0, v2_batch([b"f"])) == (0, 4)
+    w.close()
+
+
+def test_failed_conditional_isr_write_fences_leader(make_cluster):
+    """Seed 000 discussion 3: the controller moved leadership in ZooKeeper but
+    broker 1 did not hear about it. Its next ISR change fails on the znode
+    version, so it stops taking writes until the controller tells it more."""
+    c = make_cluster(3)
+    hc = c.hc
+    c.zk.create(zkpaths.topic_path("zombie"), TopicAssignment({0: (1, 2, 3)}).encode(),
+                makepath=True)
+    c.zk.create(zkpaths.leader_and_isr_path("zombie", 0),
+                LeaderAndIsr(1, 0, (1, 2), 1).encode(), makepath=True)
+    s0 = hc.state("zombie", 0)
+    hc.push([s0], to={1, 2})
+    w = Wire(c.brokers[1].address)
+    assert produce(w, "zombie", 0, v2_batch([b"a"])) == (0, 0)
+    # The "controller" elects broker 2 in ZooKeeper; broker 1 is not told.
+    c.zk.set(zkpaths.leader_and_isr_path("zombie", 0),
+             LeaderAndIsr(2, 1, (2,), 1).encode(), version=s0.zk_version)
+    # Broker 3 starts following broker 1 and catches up: broker 1 tries to
+    # add it to the ISR and fails the conditional write.
+    hc.push([s0], to={3})
+    wait_until(lambda: "stops accepting writes" in c.brokers[1].stderr(), 10, "fencing")
+    assert produce(w, "zombie", 0, v2_batch([b"b"]))[0] == 6
+    assert _lai(c, "zombie").leader == 2  # the controller's decision stands
+    # The controller makes broker 1 leader again (newer epoch, current version).
+    cur = _lai(c, "zombie")
+    c.zk.set(zkpaths.leader_and_isr_path("zombie", 0),
+             LeaderAndIsr(1, 2, (1, 2), 1).encode(), version=cur.zk_version)
+    hc.push([hc.state("zombie", 0)])
+    assert produce(w, "zombie", 0, v2_batch([b"c"])) == (0, 1)
+    w.close()
+
+
+def test_clean_shutdown_and_restart_keep_data_and_hw(make_cluster):
+    c = make_cluster(2)
+    c.hc.create_topic("restart", {0: (1, 2)})
+    w = Wire(c.brokers[1].address)
+    for i in range(5):
+        assert produce(w, "restart", 0, v2_batch([b"r%d" % i] * 10))[0] == 0
+    w.close()
+    # SIGTERM: exit 0, HW checkpointed. (A follower learns the leader's HW
+    # in the next fetch response: the long poll returns within
+    # replica.fetch.wait.max.ms.)
+    time.sleep(1.2)
+    b2 = c.brokers[2]
+    assert b2.terminate() == 0
+    hw_file = (b2.log_dir / "replication-offset-checkpoint").read_text()
+    assert "restart 0 50" in hw_file
+    b2.start().wait_registered(c.zk)
+    assert (b2.log_dir / "zk-session.json").exists()
+    sess = json.loads((b2.log_dir / "zk-session.json").read_text())
+    assert sess["session_id"] > 0 and bytes.fromhex(sess["password"])
+    c.hc.push([c.hc.state("restart", 0)], to={2})
+    # Now broker 2 leads; all 50 records are there.
+    c.hc.elect("restart", 0, 2, (2, 1))
+    assert len(_consume_all(c, "restart", 2)) == 50
+
+
+def test_broker_reregisters_after_session_expiry(make_cluster):
+    from kazoo.client import KazooClient
+    c = make_cluster(1)
+    b = c.brokers[1]
+    sess = json.loads((b.log_dir / "zk-session.json").read_text())
+    old = c.zk.get(zkpaths.broker_path(1))[1].ephemeralOwner
+    assert old == sess["session_id"]
+    k = KazooClient(c.zk_hosts, client_id=(sess["session_id"], bytes.fromhex(sess["password"])))
+    k.start()
+    k.stop()
+    k.close()
+
+    def reregistered():
+        st = c.zk.exists(zkpaths.broker_path(1))
+        return st is not None and st.ephemeralOwner != old
+    wait_until(reregistered, 20, "re-registration with a new session")
+    new = json.loads((b.log_dir / "zk-session.json").read_text())
+    wait_until(lambda: json.loads((b.log_dir / "zk-session.json").read_text())["session_id"]
+               == c.zk.exists(zkpaths.broker_path(1)).ephemeralOwner, 5, "session file updated")
+
+
+def test_bad_config_exits_2(tmp_path):
+    import subprocess
+    import sys
+    from broker_cluster import REPO
+    cfg = tmp_path / "bad.properties"
+    cfg.write_text("broker.id=1\nno.such.key=3\n")
+    r = subprocess.run([sys.executable, "-m", "cluster.broker", str(cfg)], cwd=REPO,
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    assert "no.such.key" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("truncation", ["hw", "leader-epoch"])
+def test_kip101_truncation(make_cluster, truncation):
+    """KIP-101 scenario 1. Follower 2 has all 10 acknowledged records but a
+    checkpointed HW of 0; it restarts and is told to follow leader 1, which is
+    frozen, then dies; broker 2 (in the ISR) becomes leader.
+    - hw: broker 2 truncated to its HW on become-follower: the acknowledged
+      records are gone (the seed design's known flaw);
+    - leader-epoch: broker 2 waits for the leader's epoch end offset before
+      truncating, so nothing is lost."""
+    c = make_cluster(2, **{"replication.truncation": truncation,
+                           "replica.high.watermark.checkpoint.interval.ms": 600000,
+                           "replica.socket.timeout.ms": 60000})
+    c.hc.create_topic("kip101", {0: (1, 2)})
+    w = Wire(c.brokers[1].address)
+    assert produce(w, "kip101", 0, v2_batch([b"k%d" % i for i in range(10)])) == (0, 0)
+    w.close()
+    b1, b2 = c.brokers[1], c.brokers[2]
+    b2.kill()  # its checkpointed HW is 0 (the interval is 10 minutes)
+    os.kill(b1.proc.pid, signal.SIGSTOP)
+    try:
+        b2.start().wait_registered(c.zk)
+        cur = _lai(c, "kip101")
+        c.zk.set(zkpaths.leader_and_isr_path("kip101", 0),
+                 LeaderAndIsr(1, cur.leader_epoch + 1, (1, 2), 1).encode(),
+                 version=cur.zk_version)
+        st = c.hc.state("kip101", 0)
+        c.hc.send(2, control.LeaderAndIsrRequest(c.hc.controller_id, c.hc.controller_epoch,
+                                                 False, (st,), c.hc.live_endpoints()))
+        time.sleep(0.5)
+    finally:
+        b1.kill()
+    c.hc.elect("kip101", 0, 2, (2,))
+    got = _consume_all(c, "kip101", 2)
+    if truncation == "hw":
+        assert got == []
+    else:
+        assert got == [b"k%d" % i for i in range(10)]
+
+
+def test_stop_replica_init_flag_and_startup_cleanup(make_cluster):
+    c = make_cluster(2)
+    hc = c.hc
+    for t in ("keep", "stopme", "deleteme", "initgone", "gonewhiledown"):
+        hc.create_topic(t, {0: (1, 2)})
+    b2 = c.brokers[2]
+    wait_until(lambda: all((b2.log_dir / f"{t}-0").exists()
+                           for t in ("keep", "stopme", "deleteme", "initgone", "gonewhiledown")),
+               5, "replica dirs on broker 2")
+    tp = control.TopicPartition
+    # StopReplica without delete keeps the log; with delete removes it.
+    r = hc.send(2, control.StopReplicaRequest(hc.controller_id, hc.controller_epoch, False,
+                                              (tp("stopme", 0),)))
+    assert r.error == 0 and r.partitions[0].error == 0
+    assert (b2.log_dir / "stopme-0").exists()
+    r = hc.send(2, control.StopReplicaRequest(hc.controller_id, hc.controller_epoch, True,
+                                              (tp("deleteme", 0),)))
+    assert r.error == 0
+    assert not (b2.log_dir / "deleteme-0").exists()
+    assert "state-change: broker=2 completed stop-replica topic=deleteme partition=0" in b2.stderr()
+    # A LeaderAndIsr with INIT (a new controller's first) deletes the
+    # partitions it does not list.
+    states = tuple(hc.state(t, 0) for t in ("keep", "stopme", "gonewhiledown"))
+    hc.controller_epoch += 1
+    r = hc.send(2, control.LeaderAndIsrRequest(hc.controller_id, hc.controller_epoch, True,
+                                               states, hc.live_endpoints()))
+    assert r.error == 0
+    assert not (b2.log_dir / "initgone-0").exists()
+    assert (b2.log_dir / "keep-0").exists()
+    # A topic deleted while the broker is down is removed at startup (§E step 4).
+    b2.kill()
+    c.zk.delete(zkpaths.topic_path("gonewhiledown"), recursive=True)
+    b2.start().wait_registered(c.zk)
+    assert not (b2.log_dir / "gonewhiledown-0").exists()
+    assert (b2.log_dir / "keep-0").exists()

@@ -1,0 +1,99 @@
+"""`chaoslog admin ...` in-process: argument handling, --json output, exit codes."""
+import argparse
+import json
+
+import pytest
+
+from cluster import admin
+from controller_fakes import wait_until
+
+
+def run_cli(argv, capsys):
+    parser = argparse.ArgumentParser(prog="chaoslog")
+    admin.add_parser(parser.add_subparsers(dest="command"))
+    try:
+        args = parser.parse_args(argv)
+        code = args.func(args)
+    except SystemExit as e:
+        code = e.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_controller_admin_cli_commands(nodes, zk_hosts, zk, capsys):
+    ns = nodes([1, 2, 3])
+    wait_until(lambda: any(n.controller.is_active for n in ns), what="controller")
+    zkarg = ["admin", "--zookeeper", zk_hosts]
+    code, out, err = run_cli(zkarg + ["controller", "--json"], capsys)
+    assert code == 0 and set(json.loads(out)) == {"id", "epoch"} and json.loads(out)["epoch"] == 1
+    code, out, _ = run_cli(zkarg + ["brokers", "--json"], capsys)
+    assert code == 0 and [b["id"] for b in json.loads(out)] == [1, 2, 3]
+    code, out, err = run_cli(zkarg + ["topics", "create", "--topic", "c", "--partitions", "3",
+                                      "--replication-factor", "2", "--wait"], capsys)
+    assert code == 0, err
+    code, out, _ = run_cli(zkarg + ["topics", "describe", "--topic", "c", "--json"], capsys)
+    d = json.loads(out)
+    assert d["topic"] == "c" and len(d["partitions"]) == 3
+    assert set(d["partitions"][0]) >= {"partition", "leader", "leader_epoch", "replicas", "isr"}
+    assert all(p["leader"] in p["replicas"] for p in d["partitions"])
+    # --zookeeper after the subcommand works too
+    code, out, _ = run_cli(["admin", "topics", "describe", "--topic", "c", "--json",
+                            "--zookeeper", zk_hosts], capsys)
+    assert code == 0 and json.loads(out)["topic"] == "c"
+    code, out, err = run_cli(zkarg + ["topics", "add-partitions", "--topic", "c", "--partitions", "4"], capsys)
+    assert code == 0, err
+    wait_until(lambda: len(admin.describe_topic(zk, "c")["partitions"]) == 4, what="4 partitions")
+    code, out, _ = run_cli(zkarg + ["preferred-election", "--topic", "c"], capsys)
+    assert code == 0
+    code, out, _ = run_cli(zkarg + ["state-log", "--topic", "c", "--partition", "0", "--json"], capsys)
+    recs = json.loads(out)
+    assert recs and all(r["topic"] == "c" and r["partition"] == 0 for r in recs)
+    assert set(recs[0]) >= {"time", "controller_id", "controller_epoch", "event", "kind", "topic",
+                            "partition", "from", "to", "leader", "leader_epoch", "isr", "target_broker"}
+    code, out, err = run_cli(zkarg + ["topics", "delete", "--topic", "c", "--wait"], capsys)
+    assert code == 0, err
+    assert "c" not in admin.list_topics(zk)
+
+
+def test_controller_admin_cli_reassign(nodes, zk_hosts, zk, capsys, tmp_path):
+    ns = nodes([1, 2, 3])
+    wait_until(lambda: any(n.controller.is_active for n in ns), what="controller")
+    admin.create_topic(zk, "m", 1, 2, replica_assignment={0: [1, 2]})
+    admin.wait_for_leaders(zk, "m")
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": "m", "partition": 0, "replicas": [2, 3]}]}))
+    code, out, err = run_cli(["admin", "--zookeeper", zk_hosts, "reassign", "--plan", str(plan),
+                              "--wait", "--timeout", "30", "--json"], capsys)
+    assert code == 0, err
+    res = json.loads(out)
+    assert res["done"] and res["partitions"][0]["replicas"] == [2, 3]
+
+
+def test_controller_admin_cli_errors(nodes, zk_hosts, zk, capsys, tmp_path):
+    ns = nodes([1])
+    wait_until(lambda: ns[0].controller.is_active, what="controller")
+    zkarg = ["admin", "--zookeeper", zk_hosts]
+    # RF above live brokers: failed request
+    code, _, err = run_cli(zkarg + ["topics", "create", "--topic", "x", "--replication-factor", "3"], capsys)
+    assert code == 1 and err.startswith("error:") and len(err.strip().splitlines()) == 1
+    # unknown topic
+    code, _, err = run_cli(zkarg + ["topics", "describe", "--topic", "nope"], capsys)
+    assert code == 1 and "unknown topic" in err
+    code, _, err = run_cli(zkarg + ["topics", "delete", "--topic", "nope"], capsys)
+    assert code == 1
+    # usage errors
+    code, _, err = run_cli(zkarg + ["topics", "create", "--topic", "bad/name"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    code, _, err = run_cli(zkarg + ["state-log", "--partition", "1"], capsys)
+    assert code == 2
+    code, _, err = run_cli(zkarg + ["topics", "create"], capsys)  # argparse: --topic missing
+    assert code == 2
+    code, _, err = run_cli(zkarg, capsys)
+    assert code == 2
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    code, _, err = run_cli(zkarg + ["reassign", "--plan", str(bad)], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    # ZooKeeper unreachable within the timeout
+    code, _, err = run_cli(["admin", "--zookeeper", "127.0.0.1:1", "--zk-timeout", "1", "controller"], capsys)
+    assert code == 1 and "cannot reach ZooKeeper" in err and len(err.strip().splitlines()) == 1
