@@ -19,3 +19,12 @@ def run(args) -> int:
         out["removed"] = images.prune(tags)
     print(json.dumps(out, indent=2))
     return 0
+
+
+if __name__ == "__main__":
+    import argparse
+    import sys
+    parser = argparse.ArgumentParser(prog="python -m harness.images_cli")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    ns = parser.parse_args(["images", *sys.argv[1:]])
+    sys.exit(ns.func(ns))

@@ -36,7 +36,7 @@ fi
 
 # The images, when there is a Docker engine (cached by a hash of their inputs).
 if docker info >/dev/null 2>&1; then
-  .venv/bin/chaoslog images >/dev/null
+  .venv/bin/python -m harness.images_cli >/dev/null
 else
   say "no Docker engine answers: the local backend will be used"
 fi
