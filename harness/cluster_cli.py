@@ -9,6 +9,7 @@ import argparse
 import json
 import sys
 
+from cluster.config import BrokerConfig, ConfigError
 from harness.backends import BACKENDS, attach, make_cluster, registered
 from harness.backends.base import ClusterError, ClusterSpec
 
@@ -67,8 +68,13 @@ def cmd_up(args) -> int:
     if registered(args.name):
         raise ClusterError(f"a cluster named {args.name!r} is already up; "
                            f"`chaoslog cluster down --name {args.name}` first, or pick another --name")
+    broker_config = parse_broker_config(args.broker_config)
+    try:  # refuse a bad config before anything starts
+        BrokerConfig.from_dict(broker_config)
+    except ConfigError as e:
+        raise ClusterError(f"broker config: {e}") from None
     spec = ClusterSpec(name=args.name, brokers=args.brokers, zookeepers=args.zookeepers,
-                       broker_config=parse_broker_config(args.broker_config), proxied=args.proxied)
+                       broker_config=broker_config, proxied=args.proxied)
     cluster = make_cluster(spec, args.backend, persistent=True)
     print(f"starting {args.brokers} brokers and {args.zookeepers} ZooKeeper "
           f"on the {cluster.backend} backend...", file=sys.stderr)

@@ -216,6 +216,10 @@ class HistoryRecorder:
     def count(self) -> int:
         return self._index
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def __enter__(self) -> "HistoryRecorder":
         return self
 

@@ -29,6 +29,8 @@ import pytest
 
 from harness.backends import BACKENDS, default_backend, make_cluster
 from harness.backends.base import Cluster, ClusterError, ClusterSpec
+# The chaos-suite fixtures, registered with the plugin.
+from harness.fixtures import chaos_run, history, nemesis, workload  # noqa: F401
 
 _LIVE: dict[str, Cluster] = {}  # every cluster this session started and has not removed
 _CLUSTERS_OF_ITEM = pytest.StashKey[list]()

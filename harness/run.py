@@ -189,8 +189,12 @@ def settings_from_args(a: argparse.Namespace) -> dict[str, Any]:
     except FaultError as e:
         raise Refused(str(e)) from None
     backend = a.backend or _default_backend()
-    needs_proxy = any({"net", "proxy"} & set(injectors.kind(f).needs) for f in weights)
-    proxied = backend == "local" and needs_proxy and a.mechanism != "iptables"
+    # Links through the proxy when a fault needs them: link toxics on any
+    # backend; partitions on the local backend (docker cuts them with iptables).
+    needs_link = any("proxy" in injectors.kind(f).needs for f in weights)
+    needs_net = any("net" in injectors.kind(f).needs for f in weights)
+    proxied = needs_link or a.mechanism == "proxy" or (
+        needs_net and backend == "local" and a.mechanism != "iptables")
     for f in weights:
         why = injectors.unsupported(f, backend=backend, proxied=proxied, zookeepers=a.zookeepers)
         if why:

@@ -11,7 +11,6 @@ outcome is unknown.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -160,7 +159,10 @@ class _Stream:
     def _run(self) -> None:
         try:
             for line in self.handle.lines():
-                self._line(line)
+                try:
+                    self._line(line)
+                except Exception as e:  # noqa: BLE001 - one bad line is not the end of the stream
+                    self.log(f"{self.handle.name}: cannot record {line.strip()[:200]!r}: {e!r}")
         except Exception as e:  # noqa: BLE001 - a broken stream ends like a dead worker
             self.log(f"{self.handle.name}: stream error {e!r}")
         for (slot, seq), op in sorted(self.open.items()):
@@ -173,6 +175,8 @@ class _Stream:
             return
         try:
             ev = json.loads(line)
+            if not isinstance(ev, dict):
+                raise ValueError("not an object")
         except ValueError:
             self.log(f"{self.handle.name}: {line[:200]}")
             return

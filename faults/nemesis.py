@@ -1,0 +1,255 @@
+"""Nemesis schedules: which fault, when, for how long, aimed at which role.
+
+A Schedule is plain data drawn from one random.Random(seed): the same seed
+and the same settings give the same schedule, byte for byte, whether printed
+(`chaoslog run --seed S --print-schedule`) or run. Roles, not nodes, are
+stored; who holds a role is decided from ZooKeeper when the step starts, with
+the nemesis's own random.Random(seed) for choices among candidates.
+
+Faults run one at a time: start, hold for the step's duration, heal, wait the
+interval, next. Every schedule ends the same way: a final heal of everything
+(whatever injectors did, and heal_all for anything else), a quiet period for
+the cluster to settle, then the workload's final reads.
+"""
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+from faults import injectors
+from faults.injectors.base import FaultContext, FaultError, Injector, heal_all, wait_until
+from faults.targets import TargetError
+
+FINAL_HEAL = "final-heal"
+
+
+@dataclass(frozen=True)
+class Step:
+    at_s: float
+    fault: str
+    duration_s: float
+    target: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Schedule:
+    seed: int
+    duration_s: float
+    quiet_s: float
+    steps: list[Step]
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seed": self.seed, "duration_s": self.duration_s, "quiet_s": self.quiet_s,
+                "settings": self.settings, "steps": [asdict(s) for s in self.steps],
+                "final": {"heal_at_s": self.duration_s, "final_reads_at_s": self.duration_s + self.quiet_s}}
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "Schedule":
+        return cls(d["seed"], d["duration_s"], d["quiet_s"],
+                   [Step(s["at_s"], s["fault"], s["duration_s"], s.get("target"), dict(s.get("params") or {}))
+                    for s in d["steps"]], dict(d.get("settings") or {}))
+
+    def to_text(self) -> str:
+        lines = [f"schedule seed={self.seed} duration={self.duration_s:g}s quiet={self.quiet_s:g}s "
+                 f"steps={len(self.steps)}"]
+        for s in self.steps:
+            params = " ".join(f"{k}={v}" for k, v in sorted(s.params.items()))
+            lines.append(f"  {s.at_s:8.1f}s  {s.fault:<18} for {s.duration_s:5.1f}s  "
+                         f"target={s.target or '-':<12} {params}".rstrip())
+        lines.append(f"  {self.duration_s:8.1f}s  {FINAL_HEAL}")
+        lines.append(f"  {self.duration_s + self.quiet_s:8.1f}s  final reads")
+        return "\n".join(lines)
+
+
+def parse_weights(faults: Iterable[str] | Mapping[str, float]) -> dict[str, float]:
+    """`["kill", "pause"]` or `["kill:3", "pause:1"]` or {"kill": 3}: fault -> weight."""
+    if isinstance(faults, Mapping):
+        items = list(faults.items())
+    else:
+        items = []
+        for f in faults:
+            name, _, w = f.partition(":")
+            try:
+                items.append((name.strip(), float(w) if w else 1.0))
+            except ValueError:
+                raise FaultError(f"fault weight in {f!r} is not a number") from None
+    out: dict[str, float] = {}
+    for name, w in items:
+        injectors.kind(name)  # unknown names are refused here
+        if w <= 0:
+            raise FaultError(f"fault {name!r}: weight must be positive")
+        out[name] = out.get(name, 0.0) + w
+    return out
+
+
+def make_schedule(seed: int, faults: Iterable[str] | Mapping[str, float], *, duration_s: float,
+                  interval_s: tuple[float, float] = (5.0, 10.0),
+                  fault_duration_s: tuple[float, float] = (5.0, 15.0),
+                  quiet_s: float = 10.0, brokers: int = 3, zookeepers: int = 1,
+                  replication_factor: int = 3, targets: Mapping[str, str] | None = None,
+                  params: Mapping[str, Mapping[str, Any]] | None = None) -> Schedule:
+    """Draw a schedule. `targets` pins a fault's role (fault -> role), `params`
+    fixes some of its parameters (fault -> {k: v}); everything else is drawn.
+    Times are rounded to 0.1 s so the printed and the run schedule agree."""
+    weights = parse_weights(faults)
+    lo_i, hi_i = interval_s
+    lo_d, hi_d = fault_duration_s
+    if not (0 <= lo_i <= hi_i and 0 < lo_d <= hi_d):
+        raise FaultError("intervals and fault durations must be ranges of positive seconds")
+    rng = random.Random(seed)
+    names = sorted(weights)
+    steps: list[Step] = []
+    t = round(rng.uniform(lo_i, hi_i), 1)
+    if weights:
+        while t + lo_d <= duration_s:
+            name = rng.choices(names, weights=[weights[n] for n in names])[0]
+            roles = injectors.roles_for(name, brokers=brokers, zookeepers=zookeepers,
+                                        replication_factor=replication_factor)
+            if targets and name in targets:
+                role = targets[name]
+            elif roles:
+                role = rng.choice(roles)
+            else:
+                role = None
+            drawn = injectors.kind(name).draw(rng)
+            drawn.update((params or {}).get(name, {}))
+            need = injectors.kind(name).min_duration_s(drawn)
+            dur = round(min(max(rng.uniform(lo_d, hi_d), need), duration_s - t), 1)
+            steps.append(Step(t, name, dur, role, drawn))
+            t = round(t + dur + rng.uniform(lo_i, hi_i), 1)
+    settings = {"faults": weights, "interval_s": list(interval_s),
+                "fault_duration_s": list(fault_duration_s), "brokers": brokers,
+                "zookeepers": zookeepers, "replication_factor": replication_factor}
+    return Schedule(seed, float(duration_s), float(quiet_s), steps, settings)
+
+
+class Nemesis:
+    """Runs a Schedule against a cluster in a thread, one fault at a time.
+
+    A step whose role nobody holds (no out-of-ISR replica, no controller) is
+    skipped and listed in `skipped`; an injector that fails to start has
+    healed itself (Injector.start does that). `final_heal()` cancels what is
+    left, heals everything and waits until every broker is registered.
+    """
+
+    def __init__(self, ctx: FaultContext, schedule: Schedule,
+                 clock: Callable[[], float] = time.monotonic):
+        self.ctx = ctx
+        self.schedule = schedule
+        self._clock = clock
+        self._cancel = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._active: list[Injector] = []
+        self.done: list[dict[str, Any]] = []
+        self.skipped: list[dict[str, Any]] = []
+        self.errors: list[str] = []
+        self.t0: float | None = None
+
+    def start(self) -> "Nemesis":
+        self.t0 = self._clock()
+        self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
+        self._thread.start()
+        return self
+
+    def active(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [i.describe() for i in self._active]
+
+    def _wait_until(self, at_s: float) -> bool:
+        """Sleep until `at_s` after start; False if cancelled first."""
+        delay = self.t0 + at_s - self._clock()
+        return not self._cancel.wait(max(0.0, delay))
+
+    def _run(self) -> None:
+        for step in self.schedule.steps:
+            if not self._wait_until(step.at_s):
+                return
+            self.run_step(step)
+
+    def run_step(self, step: Step) -> None:
+        try:
+            inj = injectors.make(step.fault, self.ctx, step.target, **step.params)
+            with self._lock:
+                self._active.append(inj)
+            inj.start()
+        except (TargetError, FaultError) as e:
+            with self._lock:
+                self._active = [i for i in self._active if i.active]
+            self.skipped.append({**asdict(step), "reason": str(e)})
+            self.ctx.log(f"nemesis: skipped {step.fault} at {step.at_s}s: {e}")
+            return
+        except Exception as e:  # noqa: BLE001 - keep the schedule going
+            with self._lock:
+                self._active = [i for i in self._active if i.active]
+            self.errors.append(f"{step.fault} at {step.at_s}s: {e!r}")
+            self.ctx.log(f"nemesis: {step.fault} failed to start: {e!r}")
+            return
+        deadline = self._clock() + step.duration_s
+        finished = getattr(inj, "done", None)
+        while not self._cancel.is_set() and self._clock() < deadline:
+            if finished is not None and finished():
+                break
+            self._cancel.wait(min(0.2, max(0.0, deadline - self._clock())))
+        self._heal(inj)
+
+    def _heal(self, inj: Injector) -> None:
+        try:
+            inj.stop()
+        except Exception as e:  # noqa: BLE001 - heal_all at the end is the backstop
+            self.errors.append(f"healing {inj.fault}: {e!r}")
+            self.ctx.log(f"nemesis: healing {inj.fault} failed: {e!r}")
+        with self._lock:
+            if inj in self._active:
+                self._active.remove(inj)
+        self.done.append(inj.describe())
+
+    def stop(self) -> None:
+        """Cancel the schedule and heal the active faults (no global heal)."""
+        self._cancel.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        with self._lock:
+            active = list(self._active)
+        for inj in active:
+            self._heal(inj)
+
+    def final_heal(self, wait_registered: bool = True) -> list[str]:
+        """Stop, heal everything, wait for every broker to be registered.
+        Recorded as a `final-heal` start/stop pair in the history."""
+        self.stop()
+        return final_heal(self.ctx, wait_registered=wait_registered)
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+
+def final_heal(ctx: FaultContext, wait_registered: bool = True) -> list[str]:
+    """heal_all, then wait for every broker to be registered; recorded as a
+    `final-heal` start/stop pair when the history is still open."""
+    rec = ctx.recorder
+    if rec is not None and getattr(rec, "closed", False):
+        rec = None
+    names = [n.name for n in ctx.cluster.nodes()]
+    if rec is not None:
+        rec.nemesis(FINAL_HEAL, "start", names, None)
+    done = heal_all(ctx.cluster, ctx.log)
+    if wait_registered:
+        from faults.injectors.base import broker_registered
+        late = [n for n in names if n.startswith("broker-")
+                and not wait_until(lambda n=n: broker_registered(ctx, n), ctx.wait_timeout)]
+        if late:
+            done.append(f"not registered after the heal: {','.join(late)}")
+    if rec is not None:
+        rec.nemesis(FINAL_HEAL, "stop", names, "; ".join(done) or "nothing to heal")
+    return done

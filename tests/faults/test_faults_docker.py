@@ -1,0 +1,91 @@
+"""iptables partitions inside containers (docker backend): rules land in our
+own chains, the cut is real, healing removes exactly our rules. ZooKeeper
+containers run without NET_ADMIN, so their side of a grudge becomes OUTPUT
+drops on the brokers. Skipped without a Docker engine."""
+import random
+import socket
+import time
+
+import pytest
+
+from faults.injectors import make
+from faults.injectors.base import FaultContext, heal_all
+from faults.targets import Resolver
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def dcluster():
+    try:
+        from harness.backends import make_cluster
+        from harness.backends.base import ClusterSpec
+        from harness.docker_engine import engine_available
+    except ImportError as e:
+        pytest.skip(f"no docker backend: {e}")
+    if not engine_available():
+        pytest.skip("no Docker engine")
+    from kazoo.client import KazooClient
+
+    from harness.run import create_topics
+    c = make_cluster(ClusterSpec(name="faultsdock", brokers=3), "docker")
+    c.start()
+    zk = KazooClient(c.zookeeper_connect)
+    zk.start()
+    try:
+        create_topics(zk, {"t": 3}, 3, 3)
+        yield c, zk
+    finally:
+        zk.stop()
+        zk.close()
+        c.destroy()
+
+
+def ctx_of(c, zk):
+    rng = random.Random(1)
+    return FaultContext(c, Resolver(c, zk, rng, ("t", 0)), rng, log=lambda m: None)
+
+
+def reachable(c, name):
+    n = c.node(name)
+    try:
+        socket.create_connection((n.host, n.port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def rules(c, name):
+    code, out = c.exec(name, ["sh", "-c", "iptables -S CHAOSLOG; iptables -S CHAOSLOG-OUT"])
+    return [l for l in out.splitlines() if l.startswith("-A")]
+
+
+def test_isolate_a_broker_with_iptables(dcluster):
+    c, zk = dcluster
+    inj = make("partition-isolate", ctx_of(c, zk), "broker-1")
+    inj.start()
+    try:
+        r = rules(c, "broker-1")
+        zk_ip = c.node_ip("zk-1")
+        assert f"-A CHAOSLOG-OUT -d {zk_ip}/32 -j DROP" in r       # zk-1's side, done on broker-1
+        assert len([x for x in r if x.startswith("-A CHAOSLOG -s")]) == 3
+        code, _ = c.exec("broker-2", ["sh", "-c", f"timeout 2 python -c \"import socket; "
+                                      f"socket.create_connection(('{c.node_ip('broker-1')}', 9092), timeout=1)\""])
+        assert code != 0                                           # broker-2 cannot reach broker-1
+        assert reachable(c, "broker-1")                            # clients are not nodes: unaffected
+        assert "via iptables" in inj.describe()["detail"]
+    finally:
+        inj.stop()
+    assert rules(c, "broker-1") == [] and rules(c, "broker-2") == []
+
+
+def test_clients_cut_off_and_heal_all(dcluster):
+    c, zk = dcluster
+    inj = make("partition-clients", ctx_of(c, zk), "broker-2")
+    inj.start()
+    time.sleep(0.5)
+    assert not reachable(c, "broker-2")
+    assert reachable(c, "broker-3")
+    heal_all(c)           # the stateless heal, as `chaoslog heal` does it
+    assert reachable(c, "broker-2")
+    inj.stop()

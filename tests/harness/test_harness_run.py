@@ -1,0 +1,134 @@
+"""`chaoslog run / fault / heal`: schedules printed from a seed, settings
+refused before anything starts, and (slow) a real run and a fault healed
+from another process on a local cluster."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import harness.run as run_cli
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cli(*argv):
+    p = argparse.ArgumentParser()
+    run_cli.add_parser(p.add_subparsers())
+    a = p.parse_args(list(argv))
+    return a.func(a)
+
+
+def schedule_text(seed, hashseed, faults="kill,pause:2,partition-halves,hard-bounce,zk-expire,latency"):
+    code = ("import argparse, harness.run as r; p = argparse.ArgumentParser(); r.add_parser(p.add_subparsers());"
+            f"a = p.parse_args(['run', '--backend', 'local', '--seed', '{seed}', '--faults', '{faults}',"
+            "'--duration', '300', '--print-schedule']); raise SystemExit(a.func(a))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONHASHSEED": str(hashseed)}, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_print_schedule_is_a_function_of_the_seed():
+    a = schedule_text(42, 1)
+    assert a == schedule_text(42, 2)       # same seed, another process and hash seed
+    assert a != schedule_text(43, 1)
+    assert a.startswith("schedule seed=42 duration=300s")
+    assert "final-heal" in a and "final reads" in a
+
+
+def test_print_schedule_json(capsys):
+    assert cli("run", "--backend", "local", "--seed", "5", "--faults", "kill", "--print-schedule", "--json") == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["seed"] == 5 and all(s["fault"] == "kill" for s in d["steps"])
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--faults", "kill,explode"], "unknown fault 'explode'"),
+    (["--replication-factor", "4"], "--replication-factor 4 with 3 broker(s)"),
+    (["--broker-config", "min.insync.replicas=3", "--replication-factor", "2"], "min.insync.replicas=3"),
+    (["--broker-config", "no.such.key=1"], "unknown broker config key"),
+    (["--faults", "kill", "--target", "kill=broker-9"], "no node 'broker-9'"),
+    (["--faults", "kill", "--target", "pause=leader"], "pause is not among --faults"),
+    (["--faults", "partition-halves", "--mechanism", "iptables"], "needs the docker backend"),
+    (["--faults", "zk-kill", "--target", "zk-kill=zk-2"], "no node 'zk-2'"),
+    (["--faults", "kill", "--param", "kill=3"], "expected FAULT.KEY=VALUE"),
+    (["--topics", "a,a"], "named twice"),
+    (["--interval", "5,1"], "MIN <= MAX"),
+])
+def test_impossible_settings_are_refused_in_one_line(capsys, argv, message):
+    assert cli("run", "--backend", "local", *argv) == run_cli.EXIT_REFUSED
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+
+
+def test_fault_refuses_unknown_names(capsys):
+    assert cli("fault", "explode") == run_cli.EXIT_REFUSED
+    assert "unknown fault" in capsys.readouterr().err
+    assert cli("fault", "kill", "--target", "the-boss") == run_cli.EXIT_REFUSED
+    assert "unknown target" in capsys.readouterr().err
+
+
+# -- slow: against a local cluster -----------------------------------------------------
+
+def local_or_skip():
+    try:
+        from harness.zookeeper import check_local_zookeeper_install
+        check_local_zookeeper_install()
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"no local backend: {e}")
+
+
+@pytest.mark.slow
+def test_a_short_run_end_to_end(tmp_path, capsys):
+    local_or_skip()
+    out = tmp_path / "run"
+    code = cli("run", "--backend", "local", "--duration", "12", "--faults", "kill,partition-isolate",
+               "--interval", "1,2", "--fault-duration", "2,3", "--seed", "9", "--quiet", "2",
+               "--rate", "30", "--producers", "1", "--out", str(out), "--no-analysis")
+    assert code == run_cli.EXIT_VALID
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["format"] == 1 and meta["seed"] == 9 and meta["outcome"] == "complete"
+    assert meta["cluster"]["proxied"] is True          # partitions on local go through the proxy
+    assert meta["result"]["final_reads"]["complete"]
+    assert {"history.jsonl", "zookeeper.json", "logs", "workers"} <= {p.name for p in out.iterdir()}
+    assert len(list((out / "logs").glob("*.log"))) == 4
+    events = [json.loads(l) for l in (out / "history.jsonl").read_text().splitlines()]
+    faults = [e["fault"] for e in events if e["f"] == "nemesis" and e["phase"] == "start"]
+    assert "final-heal" in faults and len(faults) >= 2
+
+
+@pytest.mark.slow
+def test_fault_then_heal_from_another_process(tmp_path, monkeypatch, capsys):
+    local_or_skip()
+    from harness.backends import attach
+    from harness.backends.base import ClusterSpec
+    from harness.backends.local import LocalCluster
+
+    monkeypatch.setenv("CHAOSLOG_HOME", str(tmp_path / "home"))
+    c = LocalCluster(ClusterSpec(name="byhand", brokers=3, proxied=True), persistent=True,
+                     base_dir=tmp_path / "cluster")
+    c.start()
+    try:
+        assert cli("fault", "kill", "--target", "broker-2", "--name", "byhand") == 0
+        assert "active" in capsys.readouterr().out
+        assert c.node("broker-2").state == "stopped"
+        assert cli("fault", "partition-isolate", "--target", "broker-1", "--name", "byhand") == 0
+        state = json.loads(run_cli.fault_state_path("byhand").read_text())
+        assert [f["fault"] for f in state] == ["kill", "partition-isolate"]
+        assert not c.links.proxy_client().get_proxy("broker-1_to_zk-1").enabled
+        code = ("import argparse, harness.run as r; p = argparse.ArgumentParser(); r.add_parser(p.add_subparsers());"
+                "a = p.parse_args(['heal', '--name', 'byhand']); raise SystemExit(a.func(a))")
+        out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                             env={**os.environ, "CHAOSLOG_HOME": str(tmp_path / "home")}, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert "healed kill on broker-2" in out.stdout and "healed partition-isolate" in out.stdout
+        c = attach("byhand")   # the heal restarted broker-2: another pid, in the registry
+        assert all(n.state == "running" for n in c.nodes())
+        assert c.links.proxy_client().get_proxy("broker-1_to_zk-1").enabled
+        assert not run_cli.fault_state_path("byhand").exists()
+    finally:
+        attach("byhand").destroy()

@@ -1,0 +1,137 @@
+"""Workload pure logic: error classification, the worker's line protocol and
+the harness-side mapping of worker lines onto the history."""
+import json
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from harness.history import HistoryRecorder, read_history
+from harness.workload.clients import ProducerSettings, _acks_done, _poll_ok
+from harness.workload.errors import canonical, classify_send, kafka_python_name
+from harness.workload.runner import WorkloadSpec, _Stream
+from harness.workload.worker import Out, RateLimiter, parse_min_end, parse_partitions
+
+
+# -- fail or info ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,retries,never_sent,expected", [
+    ("_MSG_TIMED_OUT", 0, False, ("info", "timeout")),
+    ("REQUEST_TIMED_OUT", 0, False, ("info", "timeout")),
+    ("_TRANSPORT", 0, False, ("info", "_TRANSPORT")),
+    ("NOT_ENOUGH_REPLICAS", 0, False, ("fail", "NOT_ENOUGH_REPLICAS")),
+    ("NOT_ENOUGH_REPLICAS", 5, False, ("info", "NOT_ENOUGH_REPLICAS")),   # an earlier try may have landed
+    ("NOT_ENOUGH_REPLICAS_AFTER_APPEND", 0, False, ("info", "NOT_ENOUGH_REPLICAS_AFTER_APPEND")),
+    ("NOT_LEADER_OR_FOLLOWER", 0, False, ("fail", "NOT_LEADER_FOR_PARTITION")),
+    ("UNKNOWN_TOPIC_OR_PARTITION", 3, False, ("info", "UNKNOWN_TOPIC_OR_PART")),
+    ("MSG_SIZE_TOO_LARGE", 10, False, ("fail", "MSG_SIZE_TOO_LARGE")),    # same bytes, same answer
+    ("MESSAGE_SIZE_TOO_LARGE", 10, False, ("fail", "MSG_SIZE_TOO_LARGE")),
+    ("_QUEUE_FULL", 10, False, ("fail", "_QUEUE_FULL")),
+    ("KafkaConnectionError", 0, False, ("info", "KafkaConnectionError")),
+    ("KAFKA_STORAGE_ERROR", 0, False, ("info", "KAFKA_STORAGE_ERROR")),
+    ("SOMETHING_NEW", 0, False, ("info", "SOMETHING_NEW")),
+    ("SOMETHING_NEW", 9, True, ("fail", "SOMETHING_NEW")),
+])
+def test_classify_send(name, retries, never_sent, expected):
+    assert classify_send(name, retries=retries, never_sent=never_sent) == expected
+
+
+def test_kafka_python_names():
+    import kafka.errors as e
+    assert kafka_python_name(e.NotEnoughReplicasError()) == "NOT_ENOUGH_REPLICAS"
+    assert canonical(kafka_python_name(e.KafkaTimeoutError())) == "timeout"
+    assert kafka_python_name(ValueError("x")) == "ValueError"
+
+
+def test_outcomes_of_successes_and_polls():
+    assert _acks_done("all", 7) == ("ok", {"offset": 7})
+    assert _acks_done("0", -1)[0] == "info"       # acks=0: nothing was acknowledged
+    assert _poll_ok([], 5) == ("ok", {"records": [], "high_watermark": 5})
+    assert _poll_ok([[3, 9]], None) == ("ok", {"records": [[3, 9]], "high_watermark": 4})
+    assert _poll_ok([], None)[0] == "fail"
+
+
+def test_producer_settings():
+    assert ProducerSettings(acks="-1").acks == "all"
+    assert ProducerSettings(idempotent=True).retries > 0
+    with pytest.raises(ValueError):
+        ProducerSettings(acks="2")
+    with pytest.raises(ValueError):
+        WorkloadSpec({})
+    with pytest.raises(ValueError):
+        WorkloadSpec({"t": 1}, client="java")
+    assert WorkloadSpec({"b": 2, "a": 1}).partitions() == [("a", 0), ("b", 0), ("b", 1)]
+
+
+# -- worker helpers -------------------------------------------------------------------
+
+def test_worker_parsing():
+    assert parse_partitions("t/0, my.topic-2/11") == [("t", 0), ("my.topic-2", 11)]
+    with pytest.raises(SystemExit):
+        parse_partitions("t0")
+    assert parse_min_end("t/0=17,u/2=0") == {("t", 0): 17, ("u", 2): 0}
+
+
+def test_rate_limiter():
+    r = RateLimiter(0)
+    assert all(r.ready() for _ in range(100))
+    r = RateLimiter(10)
+    ready = sum(r.ready() for _ in range(1000))
+    assert 1 <= ready <= 11
+
+
+def test_out_writes_json_lines():
+    import io
+    buf = io.StringIO()
+    Out(buf).emit(type="invoke", slot=0, seq=1, f="send", value=5)
+    assert json.loads(buf.getvalue()) == {"type": "invoke", "slot": 0, "seq": 1, "f": "send", "value": 5}
+
+
+# -- stream -> history ------------------------------------------------------------------
+
+class FakeHandle:
+    name = "producer-7"
+
+    def __init__(self, lines):
+        self._lines = lines
+
+    def lines(self):
+        yield from self._lines
+
+
+def lines(*events):
+    return [(e if isinstance(e, str) else json.dumps(e)) + "\n" for e in events]
+
+
+def test_stream_maps_slots_and_retires_after_info(tmp_path):
+    rec = HistoryRecorder(tmp_path / "h.jsonl")
+    logs = []
+    s = _Stream(7, FakeHandle(lines(
+        {"type": "invoke", "slot": 0, "seq": 1, "f": "send", "topic": "t", "partition": 0, "value": 7000000000},
+        {"type": "invoke", "slot": 1, "seq": 2, "f": "send", "topic": "t", "partition": 1, "value": 7000000001},
+        {"type": "info", "slot": 0, "seq": 1, "error": "timeout"},
+        {"type": "ok", "slot": 1, "seq": 2, "offset": 0},
+        {"type": "invoke", "slot": 0, "seq": 3, "f": "send", "topic": "t", "partition": 0, "value": 7000000002},
+        {"type": "log", "msg": "hello"},
+        "not json", '"a string"', '{"type": "ok", "slot": 0}',
+        {"type": "ok", "slot": 5, "seq": 99},
+    )), rec, logs.append)
+    s.thread.join(5)
+    rec.close()
+    ev = list(read_history(tmp_path / "h.jsonl"))
+    procs = [e["process"] for e in ev]
+    assert procs[0] == procs[2] and procs[1] == procs[3]
+    assert procs[4] not in procs[:4]                  # slot 0 retired after info
+    assert ev[4]["op"] == ev[5]["op"] and ev[5]["type"] == "info" and ev[5]["error"] == "worker-exited"
+    assert ev[3]["value"] == 7000000001 and ev[3]["offset"] == 0
+    assert any("hello" in m for m in logs) and any("unknown op" in m for m in logs)
+
+
+def test_status_lines_reach_the_callback(tmp_path):
+    rec = HistoryRecorder(tmp_path / "h.jsonl")
+    got = []
+    s = _Stream(1, FakeHandle(lines({"type": "status", "topic": "t", "partition": 0, "complete": True})),
+                rec, lambda m: None, got.append)
+    s.thread.join(5)
+    rec.close()
+    assert got == [{"topic": "t", "partition": 0, "complete": True}]
