@@ -3,18 +3,23 @@ and against a trivial sink, with confluent-kafka's producer.
 
     .venv/bin/python bench/bench_produce.py [--messages N] [--quick]
 
-Cases: acks=all and acks=1, 100-byte and 1 KiB values, one partition (leader
-on broker 1, replicas on all three). The sink is a minimal server (a separate
+Cases: acks=all and acks=1, 100-byte and 1 KiB values, one partition with
+replicas on all three brokers. The sink is a minimal server (a separate
 process running this file's `sink` function) that acks every Produce
 without storing anything: the ceiling of this machine for this client and a
 Python asyncio server. Each case runs twice: as fast as possible
 (throughput; its latencies are mostly time queued in the client) and paced
 at --rate messages/s (latency under a moderate load). Latency is per
-message, from produce() to its delivery callback. Prints a table and writes bench/results/produce-<date>.json
+message, from produce() to its delivery callback. Prints a table and writes
+bench/results/produce-<date>.json (produce-<date>-quick.json for --quick)
 with the machine description.
 
-The cluster is real: ZooKeeper 3.8 (java) and three `python -m cluster.broker`
-processes, leadership assigned by the tests' hand-played controller.
+The cluster is real, started by the harness's local backend
+(harness.backends.local.LocalCluster): ZooKeeper (java) and three
+`python -m cluster.broker` processes with min.insync.replicas=2. Each case's
+topic is created with the admin (1 partition, replication factor 3, replicas
+assigned round-robin over the live brokers as Kafka's AdminUtils does) and
+the brokers' controller elects its leader.
 """
 from __future__ import annotations
 
@@ -27,13 +32,11 @@ import os
 import platform
 import struct
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests" / "cluster" / "broker"))
 
 
 # -- the sink ---------------------------------------------------------------------------
@@ -194,8 +197,9 @@ def main() -> int:
                     help="messages/s of the paced (latency) runs")
     args = ap.parse_args()
 
-    from kazoo.client import KazooClient
-    from broker_cluster import BrokerProcess, HandController, ZooKeeper, free_port
+    from cluster import admin
+    from harness.backends.base import ClusterSpec
+    from harness.backends.local import LocalCluster, free_port
 
     cases = [(acks, size) for size in (100, 1024) for acks in ("all", "1")]
 
@@ -223,31 +227,32 @@ def main() -> int:
         proc.terminate()
         proc.join(5)
 
-    zk = ZooKeeper().start()
-    brokers = {}
-    base = Path(tempfile.mkdtemp(prefix="chaoslog-bench-"))
+    cluster = LocalCluster(ClusterSpec(name=f"bench-produce-{os.getpid()}", brokers=3,
+                                       zookeepers=1,
+                                       broker_config={"min.insync.replicas": 2}))
+    leaders = {}
     try:
-        kz = KazooClient(zk.hosts)
-        kz.start()
-        for i in (1, 2, 3):
-            brokers[i] = BrokerProcess(i, zk.hosts, base, **{"min.insync.replicas": 2}).start()
-        for b in brokers.values():
-            b.wait_registered(kz)
-        hc = HandController(kz, brokers)
-        boot = ",".join(b.bootstrap for b in brokers.values())
-        for acks, size in cases:
-            topic = f"bench-{acks}-{size}"
-            hc.create_topic(topic, {0: (1, 2, 3)})
-            time.sleep(0.5)
-            for rate, n in ((0, count(size)), (args.rate, paced(size))):
-                r = run_case(boot, topic, acks, size, n, rate)
-                results["cluster"].append(r)
-                print("cluster", r, flush=True)
-        kz.stop()
+        cluster.start()
+        zk = admin.connect(cluster.zookeeper_connect)
+        try:
+            boot = cluster.bootstrap_servers
+            for acks, size in cases:
+                topic = f"bench-{acks}-{size}"
+                admin.create_topic(zk, topic, 1, 3)
+                desc = admin.wait_for_leaders(zk, topic, timeout=60)
+                part = desc["partitions"][0]
+                leaders[topic] = part["leader"]
+                print(f"topic {topic}: leader {part['leader']}, replicas {part['replicas']}, "
+                      f"isr {part['isr']}", flush=True)
+                for rate, n in ((0, count(size)), (args.rate, paced(size))):
+                    r = run_case(boot, topic, acks, size, n, rate)
+                    results["cluster"].append(r)
+                    print("cluster", r, flush=True)
+        finally:
+            zk.stop()
+            zk.close()
     finally:
-        for b in brokers.values():
-            b.kill()
-        zk.stop()
+        cluster.destroy()
 
     print()
     print(f"{'target':8} {'mode':13} {'acks':4} {'size':>5} {'msgs':>7} {'msg/s':>8} "
@@ -257,11 +262,15 @@ def main() -> int:
             print(f"{target:8} {r['mode']:13} {r['acks']:4} {r['size']:>5} {r['messages']:>7} "
                   f"{r['msgs_per_s']:>8} {r['mb_per_s']:>7} {r['p50_ms']!s:>7} "
                   f"{r['p99_ms']!s:>7}")
-    out = REPO / "bench" / "results" / f"produce-{datetime.date.today().isoformat()}.json"
+    # A --quick run does not overwrite the day's full run.
+    suffix = "-quick" if args.quick else ""
+    out = REPO / "bench" / "results" / f"produce-{datetime.date.today().isoformat()}{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"date": datetime.datetime.now().isoformat(timespec="seconds"),
                                "machine": machine(), "partitions": 1, "replication_factor": 3,
                                "min_insync_replicas": 2, "producer": {"linger.ms": 5},
+                               "cluster": "harness LocalCluster, 1 ZooKeeper, 3 brokers",
+                               "leaders": leaders,
                                "results": results}, indent=2) + "\n")
     print(f"\nwrote {out}")
     return 0

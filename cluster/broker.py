@@ -10,7 +10,8 @@ Startup (seed 000 §E, as Kafka 0.8 did it):
      LeaderAndIsr to become leader or follower;
   4. start the socket server, start the controller component, THEN register
      the ephemeral /brokers/ids/<id> (so the controller only sees brokers
-     that can serve).
+     that can serve). Until the controller's first UpdateMetadata the broker
+     does not know the cluster and closes connections asking for Metadata.
 After a ZooKeeper session expiry the broker re-registers with the new session.
 
 SIGTERM: controlled shutdown (ask the controller to move leadership away,

@@ -41,6 +41,7 @@ class KafkaApis:
         self.broker = broker  # for ControlledShutdown routing to the local controller
         self.broker_id = cfg.broker_id
         self.max_message_bytes = cfg["message.max.bytes"]
+        self._refused_metadata = 0  # client Metadata requests refused while uninformed
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -116,6 +117,19 @@ class KafkaApis:
     # -- ApiVersions is answered in handle(); Metadata ---------------------------------------
 
     def _metadata(self, hdr: RequestHeader, req):
+        if not self.metadata.updated:
+            # No UpdateMetadata from the controller yet (just started, or
+            # restarted and waiting for its predecessor's session to expire):
+            # this broker does not know the cluster, so it must not describe
+            # it. A list of just itself made librdkafka (>= 2.10) drop the
+            # other brokers and re-send produce requests in flight on them,
+            # already appended (duplicates despite retries=0). Closing sends
+            # the client to a broker that knows.
+            if not self._refused_metadata:
+                log.info("refusing client Metadata before the first UpdateMetadata "
+                         "(closing the connection from %r)", hdr.client_id)
+            self._refused_metadata += 1
+            return CLOSE
         v = hdr.api_version
         brokers = [(bid, host, port, None) if v >= 1 else (bid, host, port)
                    for bid, (host, port) in sorted(self.metadata.live_brokers().items())]
@@ -232,25 +246,44 @@ class KafkaApis:
         result, nbytes, errors = self._read_fetch(hdr, req)
         if nbytes >= req.min_bytes or req.max_wait_ms <= 0 or errors:
             return self._fetch_response(hdr, result)
-        return self._delayed_fetch(hdr, req)
-
-    async def _delayed_fetch(self, hdr, req):
-        deadline = time.monotonic() + req.max_wait_ms / 1000
+        # Park now, before returning: the coroutine's first step runs in a
+        # later loop iteration, and an append made in between (a produce on
+        # another connection) must still wake this fetch. Registering the
+        # waiters there instead lost that wakeup, and the follower then sat
+        # until the next append or replica.fetch.wait.max.ms.
         parts = [p for ft in req.topics for fp in ft.partitions
                  if (p := self.rm.partitions.get((ft.topic, fp.partition))) is not None]
-        while parts:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            futs = [p.data_notifier.wait() for p in parts]
-            try:
-                await asyncio.wait(futs, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-            finally:
+        follower = replica_id >= 0
+        return self._delayed_fetch(hdr, req, parts, follower, self._park(parts, follower))
+
+    @staticmethod
+    def _park(parts, follower: bool) -> list[asyncio.Future]:
+        """Futures completed by the next change that can satisfy the fetch: an
+        append for a follower (it reads up to the LEO), an HW advance for a
+        consumer (it reads below the HW); a leadership change or a stopped
+        replica wakes both."""
+        return [(p.data_notifier if follower else p.hw_notifier).wait() for p in parts]
+
+    async def _delayed_fetch(self, hdr, req, parts, follower: bool, futs):
+        deadline = time.monotonic() + req.max_wait_ms / 1000
+        try:
+            while futs:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                done, _ = await asyncio.wait(futs, timeout=remaining,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if not done:
+                    break  # max_wait_ms is up
                 for f in futs:
                     f.cancel()
-            result, nbytes, errors = self._read_fetch(hdr, req)
-            if nbytes >= req.min_bytes or errors:
-                return self._fetch_response(hdr, result)
+                result, nbytes, errors = self._read_fetch(hdr, req)
+                if nbytes >= req.min_bytes or errors:
+                    return self._fetch_response(hdr, result)
+                futs = self._park(parts, follower)  # no await since the read
+        finally:
+            for f in futs:
+                f.cancel()
         if not parts:
             await asyncio.sleep(max(0.0, deadline - time.monotonic()))
         result, _, _ = self._read_fetch(hdr, req)

@@ -68,10 +68,10 @@ class MetadataCache:
         return self.topics.get(topic, {}).get(partition)
 
     def live_brokers(self) -> dict[int, tuple[str, int]]:
-        """Live brokers; before the first UpdateMetadata just this broker, so a
-        client bootstrapping against it gets a usable (if empty) answer."""
-        if not self.brokers:
-            return {self.broker_id: self.self_endpoint}
+        """Live brokers, as the controller last said. Before the first
+        UpdateMetadata (`updated` is False) nothing is known, and KafkaApis
+        refuses client Metadata requests rather than invent a cluster of
+        just this broker (clients drop brokers a Metadata response leaves out)."""
         return self.brokers
 
     def endpoint(self, broker_id: int) -> tuple[str, int] | None:

@@ -62,7 +62,11 @@ class Partition:
         self.remotes: dict[int, RemoteReplica] = {}
         self.producer_state = ProducerState()
         self.hw_waiters = OffsetWaiters()
+        # Parked fetches: followers wake on appends (they read up to the LEO),
+        # consumers on HW advances (they read below the HW); both on a
+        # leadership change or a stopped replica, to learn about it.
         self.data_notifier = Notifier()
+        self.hw_notifier = Notifier()
         self.isr_update_in_flight = False
         self.created_ms = now_ms
 
@@ -107,7 +111,7 @@ class Partition:
         if self.hw > self.leo:
             self.hw = self.leo
         self.maybe_advance_hw()
-        self.data_notifier.notify()
+        self._notify_all()
 
     def make_follower(self, replicas, isr, leader: int, leader_epoch: int, zk_version: int,
                       controller_epoch: int) -> None:
@@ -122,13 +126,17 @@ class Partition:
         self.remotes = {}
         if was_leader:
             self.hw_waiters.fail_all(E.NOT_LEADER_FOR_PARTITION)
-        self.data_notifier.notify()
+        self._notify_all()
 
     def stop(self) -> None:
         """The replica is going away (StopReplica, shutdown): release waiters."""
         self.leader_id = -1
         self.hw_waiters.fail_all(E.NOT_LEADER_FOR_PARTITION)
+        self._notify_all()
+
+    def _notify_all(self) -> None:
         self.data_notifier.notify()
+        self.hw_notifier.notify()
 
     def fence(self) -> None:
         self.fenced = True
@@ -282,7 +290,7 @@ class Partition:
         if new > self.hw:
             self.hw = new
             self.hw_waiters.complete_up_to(new, self._ack_result)
-            self.data_notifier.notify()
+            self.hw_notifier.notify()
 
     def _ack_result(self) -> int:
         return E.NONE if len(self.isr) >= self.min_isr else E.NOT_ENOUGH_REPLICAS_AFTER_APPEND

@@ -16,8 +16,10 @@ shutdown).
 
 Requests from the controller carry its epoch; an epoch older than the newest
 seen is STALE_CONTROLLER_EPOCH. A LeaderAndIsr partition entry whose leader
-epoch is not newer than the replica's is ignored (and logged). Every state
-change received and completed is logged on one `state-change:` line.
+epoch is not newer than the replica's is ignored (and logged) and answered
+with error 0, not Kafka's per-partition STALE_CONTROLLER_EPOCH: see
+_apply_partition_state. Every state change received and completed is logged
+on one `state-change:` line.
 """
 from __future__ import annotations
 
@@ -169,6 +171,14 @@ class ReplicaManager:
         tp = (s.topic, s.partition)
         p = self.partitions.get(tp)
         if p is not None and s.leader_epoch <= p.leader_epoch:
+            # Kafka (1.0+) answers STALE_CONTROLLER_EPOCH (11) for this entry
+            # and its controller ignores per-partition errors. Ours does not:
+            # Controller._on_response takes any per-partition 11 for a
+            # rejection of its controller epoch (a zombie), logs "rejected"
+            # records in the state-change log and checks for a newer
+            # controller. A live controller resends unchanged leader epochs
+            # (the INIT LeaderAndIsr of every failover, retries), so 11 here
+            # would flag it as a zombie each time: answer 0.
             self._state_line("ignored", change, s.topic, s.partition, s.leader, s.leader_epoch,
                              req.controller_id, req.controller_epoch,
                              f" reason=stale-leader-epoch current_leader_epoch={p.leader_epoch}")

@@ -51,6 +51,9 @@ class Cluster:
             self.close()
             raise
         self.hc = HandController(self.zk, self.brokers)
+        # As a controller does when brokers start: tell them who is live.
+        # Until then a broker refuses client Metadata requests.
+        self.hc.update_metadata(())
 
     def add_broker(self, i: int, start: bool = True) -> BrokerProcess:
         b = BrokerProcess(i, self.zk_hosts, self.base, chroot=self.chroot, **self.config)
