@@ -18,9 +18,19 @@ and is always healed at teardown, even when the test fails. WorkloadRun.finish
 does the end of a run in the one right order: wait out the schedule, final
 heal, quiet period, stop the clients, final reads, close the history, write
 run.json, collect logs and the ZooKeeper tree.
+
+Scripted scenarios whose next step depends on what the cluster did (wait
+until the ISR has shrunk, then isolate the leader) use `nemesis.inject(...)`:
+one fault from the catalogue, started now against an explicit target,
+recorded in the history like a scheduled one, healed by the final heal.
+
+    cut = nemesis.inject("partition-isolate", "broker-2", among="brokers")
+    ...  # poll ZooKeeper until the ISR is [2]
+    nemesis.inject("partition-isolate", "broker-2")
 """
 from __future__ import annotations
 
+import os
 import random
 import time
 from pathlib import Path
@@ -50,6 +60,8 @@ class _Run:
         self.meta_cluster: dict[str, Any] = {}
         self.finished = False
         self._zk = None
+        self._ctx: Any = None
+        self.injected: list[Any] = []   # faults started by nemesis.inject, in order
 
     def zk(self) -> Any:
         if self._zk is None:
@@ -58,12 +70,33 @@ class _Run:
             self._zk.start(timeout=30)
         return self._zk
 
-    def heal(self) -> None:
+    def fault_context(self, partition: tuple[str, int] = ("t", 0), mechanism: str = "auto",
+                      seed: int = 0) -> Any:
+        """The FaultContext that injected faults share (made on first use)."""
+        if self._ctx is None:
+            from faults.injectors.base import FaultContext
+            from faults.targets import Resolver
+            rng = random.Random(seed * 2 + 1)
+            self._ctx = FaultContext(self.cluster, Resolver(self.cluster, self.zk(), rng, partition),
+                                     rng, recorder=self.recorder, log=lambda m: None,
+                                     mechanism=mechanism)
+        return self._ctx
+
+    def heal(self, final: bool = True) -> None:
+        """Stop the schedules and heal the injected faults (latest first);
+        with `final`, then heal_all and wait for every broker (the run's
+        final heal, recorded as such)."""
         from faults.nemesis import final_heal
         for n in self.nemeses:
             n.stop()
-        if self.nemeses:
-            final_heal(self.nemeses[0].ctx)
+        for inj in reversed(self.injected):
+            try:
+                inj.stop()
+            except Exception:  # noqa: BLE001 - final_heal is the backstop
+                pass
+        ctx = self.nemeses[0].ctx if self.nemeses else self._ctx
+        if final and ctx is not None:
+            final_heal(ctx)
 
     def write_meta(self, **extra: Any) -> None:
         write_run_json(self.run_dir, run=self.run_id, seed=self.seed, cluster=self.meta_cluster,
@@ -124,7 +157,8 @@ class WorkloadRun:
                                                "partitions": self.final.partitions,
                                                "missing": self.final.missing},
                                "nemesis": [{"done": n.done, "skipped": n.skipped, "errors": n.errors}
-                                           for n in run.nemeses]})
+                                           for n in run.nemeses],
+                               "injected": [inj.describe() for inj in run.injected]})
         try:
             collect_logs(run.cluster, run.run_dir)
             dump_zookeeper(run.cluster.zookeeper_connect, run.run_dir)
@@ -133,28 +167,34 @@ class WorkloadRun:
         run.finished = True
         return self
 
-    def verdict(self) -> dict[str, Any]:
+    def verdict(self, checker: str | None = None) -> dict[str, Any]:
         """summary.json of the checker (reports.analyze), as a dict."""
-        return verdict(self.run.run_dir)
+        return verdict(self.run.run_dir, checker)
 
 
-def verdict(run_dir: Path) -> dict[str, Any]:
-    import json
+def verdict(run_dir: Path, checker: str | None = None) -> dict[str, Any]:
+    """Check one run directory with reports.analyze and return its summary
+    (also written to RUN_DIR/summary.json, with report.html and junit.xml).
+    `checker`: "reference" (the default: plain Python, fast on the small
+    histories of a suite) or "spark"; env CHAOSLOG_CHECKER overrides the default."""
     try:
         from reports import analyze
     except ImportError:
         pytest.skip("the checker (reports.analyze) is not available yet")
-    result = analyze([str(run_dir)], out=str(run_dir))
-    if isinstance(result, dict) and "valid" in result:
-        return result
-    return json.loads((Path(run_dir) / "summary.json").read_text())
+    checker = checker or os.environ.get("CHAOSLOG_CHECKER", "reference")
+    (v,) = analyze([str(run_dir)], checker=checker)
+    if v.summary is None:
+        raise AssertionError(f"the checker could not judge {run_dir}: {v.verdict}: {v.error}")
+    return v.summary
 
 
 @pytest.fixture
 def workload(cluster: Any, chaos_run: _Run):
     """Factory: workload(topics={"t": 3}, replication_factor=3, client="confluent",
     acks="all", idempotent=False, retries=0, rate=100, producers=2, slots=4,
-    consumers=1) -> WorkloadRun, already running."""
+    consumers=1, assignment=None) -> WorkloadRun, already running.
+    `assignment` places replicas by hand: {topic: {partition: [broker ids]}}
+    (the first id is the preferred leader); other topics are spread as usual."""
     from harness.run import create_topics
     from harness.workload import Workload, WorkloadSpec
     from harness.workload.clients import ProducerSettings
@@ -167,11 +207,22 @@ def workload(cluster: Any, chaos_run: _Run):
               client: str = "confluent", acks: str = "all", idempotent: bool = False,
               retries: int = 0, max_in_flight: int = 1, request_timeout_ms: int = 5000,
               delivery_timeout_ms: int = 15000, rate: float = 100.0, producers: int = 2,
-              slots: int = 4, consumers: int = 1) -> WorkloadRun:
+              slots: int = 4, consumers: int = 1,
+              assignment: Mapping[str, Mapping[int, list[int]]] | None = None) -> WorkloadRun:
         topics = dict(topics or {"t": 3})
         brokers = len(cluster.brokers())
         rf = replication_factor or min(3, brokers)
-        create_topics(run.zk(), topics, rf, brokers)
+        placed = dict(assignment or {})
+        for topic, plan in placed.items():
+            from cluster.admin import create_topic
+            if len(plan) != topics.get(topic):
+                raise ValueError(f"assignment of {topic!r} has {len(plan)} partitions, "
+                                 f"topics says {topics.get(topic)}")
+            create_topic(run.zk(), topic, len(plan), 0, replica_assignment=dict(plan))
+            rf = len(next(iter(plan.values())))
+        create_topics(run.zk(), {t: n for t, n in topics.items() if t not in placed}, rf, brokers)
+        if placed:  # wait for the leaders of the placed topics too
+            _wait_leaders(run.zk(), {t: topics[t] for t in placed})
         spec = WorkloadSpec(topics, client=client, producers=producers, slots=slots, consumers=consumers,
                             rate=rate, producer=ProducerSettings(
                                 acks=acks, retries=retries, idempotent=idempotent,
@@ -181,8 +232,12 @@ def workload(cluster: Any, chaos_run: _Run):
         run.meta_cluster = {"backend": cluster.backend, "brokers": brokers,
                             "zookeepers": cluster.spec.zookeepers, "replication_factor": rf,
                             "broker_config": dict(cluster.spec.broker_config)}
+        launch = launcher_for(cluster, run.run_dir / "workers")
+        tag = run.run_id.rsplit("-", 1)[-1]
+        # Worker names carry the run's id: a cluster shared by several runs
+        # (module scope) must not meet a worker name twice (docker: container names).
         w = Workload(run.recorder, lambda: cluster.bootstrap_servers, spec,
-                     launcher=launcher_for(cluster, run.run_dir / "workers"))
+                     launcher=lambda name, argv: launch(f"{tag}-{name}", argv))
         w.start()
         wr = WorkloadRun(run, w)
         run.workloads.append(wr)
@@ -193,24 +248,31 @@ def workload(cluster: Any, chaos_run: _Run):
         wr.workload.kill_all()
 
 
-@pytest.fixture
-def nemesis(cluster: Any, chaos_run: _Run):
-    """Factory: nemesis(faults_or_schedule, duration=30, seed=0, interval=(5, 10),
-    fault_duration=(5, 15), targets=None, params=None, partition=("t", 0))
-    -> a running Nemesis. Always healed at teardown."""
-    from faults.injectors.base import FaultContext
-    from faults.nemesis import Nemesis, Schedule, make_schedule
-    from faults.targets import Resolver
+class NemesisFactory:
+    """What the `nemesis` fixture yields.
 
-    run = chaos_run
-    run.cluster = cluster
+    nemesis(faults_or_schedule, duration=30, seed=0, ...) starts a schedule
+    (seeded, from fault names or weights, or a Schedule of explicit Steps).
+    nemesis.inject(fault, target, **params) starts one fault now and returns
+    its injector (call .stop() to heal it early); nemesis.resolve(target)
+    says which nodes a role denotes right now. Everything is healed at the
+    end of the run (WorkloadRun.finish) and at teardown."""
 
-    def start(faults: Iterable[str] | Mapping[str, float] | Schedule, *, duration: float = 30.0,
-              seed: int = 0, interval: tuple[float, float] = (5.0, 10.0),
-              fault_duration: tuple[float, float] = (5.0, 15.0), quiet: float = 5.0,
-              targets: Mapping[str, str] | None = None,
-              params: Mapping[str, Mapping[str, Any]] | None = None,
-              partition: tuple[str, int] = ("t", 0), mechanism: str = "auto") -> Nemesis:
+    def __init__(self, cluster: Any, run: _Run):
+        self.cluster = cluster
+        self.run = run
+
+    def __call__(self, faults: Iterable[str] | Mapping[str, float] | Any, *, duration: float = 30.0,
+                 seed: int = 0, interval: tuple[float, float] = (5.0, 10.0),
+                 fault_duration: tuple[float, float] = (5.0, 15.0), quiet: float = 5.0,
+                 targets: Mapping[str, str] | None = None,
+                 params: Mapping[str, Mapping[str, Any]] | None = None,
+                 partition: tuple[str, int] = ("t", 0), mechanism: str = "auto") -> Any:
+        from faults.injectors.base import FaultContext
+        from faults.nemesis import Nemesis, Schedule, make_schedule
+        from faults.targets import Resolver
+
+        run, cluster = self.run, self.cluster
         if isinstance(faults, Schedule):
             schedule = faults
         else:
@@ -228,5 +290,59 @@ def nemesis(cluster: Any, chaos_run: _Run):
         run.nemeses.append(n)
         return n
 
-    yield start
+    def inject(self, fault: str, target: str | None = None, *, partition: tuple[str, int] = ("t", 0),
+               mechanism: str = "auto", **params: Any) -> Any:
+        """Start one fault of the catalogue now, against `target` (a role or a
+        node name); returns the started Injector. Raises what the injector
+        raises (FaultError, TargetError): a scripted scenario wants to know."""
+        from faults import injectors
+        run = self.run
+        ctx = run.fault_context(partition, mechanism)
+        ctx.resolver.default_partition = partition
+        ctx.mechanism = mechanism
+        inj = injectors.make(fault, ctx, target, **params)
+        inj.start()
+        run.injected.append(inj)
+        if fault not in run.faults:
+            run.faults = sorted(set(run.faults) | {fault})
+        return inj
+
+    def heal(self) -> None:
+        """Heal every fault started so far (injected ones latest first, and
+        the schedules'), now; the run goes on."""
+        self.run.heal(final=False)
+
+    def resolve(self, target: str, partition: tuple[str, int] = ("t", 0)) -> list[str]:
+        """The node names `target` denotes now (faults.targets syntax)."""
+        from faults.targets import Resolver
+        return Resolver(self.cluster, self.run.zk(), random.Random(0), partition).resolve(target)
+
+
+def _wait_leaders(zk: Any, topics: Mapping[str, int], timeout: float = 60.0) -> None:
+    from cluster import zkpaths
+    deadline = time.monotonic() + timeout
+    pending = [(t, p) for t, n in topics.items() for p in range(n)]
+    while pending:
+        still = []
+        for t, p in pending:
+            path = zkpaths.leader_and_isr_path(t, p)
+            data = zk.exists(path) and zk.get(path)[0]
+            if not data or zkpaths.LeaderAndIsr.decode(data).leader == zkpaths.NO_LEADER:
+                still.append((t, p))
+        pending = still
+        if pending:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no leader after {timeout:.0f}s for {pending[:5]}")
+            time.sleep(0.2)
+
+
+@pytest.fixture
+def nemesis(cluster: Any, chaos_run: _Run):
+    """Factory: nemesis(faults_or_schedule, duration=30, seed=0, interval=(5, 10),
+    fault_duration=(5, 15), targets=None, params=None, partition=("t", 0))
+    -> a running Nemesis; nemesis.inject(fault, target, **params) -> a started
+    Injector. Always healed at teardown."""
+    run = chaos_run
+    run.cluster = cluster
+    yield NemesisFactory(cluster, run)
     run.heal()

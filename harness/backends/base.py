@@ -126,10 +126,10 @@ class Cluster(abc.ABC):
         """Host path of a node's data directory (a broker's log.dirs)."""
 
     @abc.abstractmethod
-    def start_worker(self, name: str, module_argv: list[str]):
+    def start_worker(self, name: str, module_argv: list[str], log_path: Path):
         """Start `python -m *module_argv` as a workload worker beside the cluster
-        (a process, or a container on the cluster's network); returns a
-        harness.backends.worker.Worker. Removed by destroy()."""
+        (a process, or a container on the cluster's network) with its stderr in
+        `log_path`; returns a harness.backends.worker.Worker. Removed by destroy()."""
 
     # --- addresses -----------------------------------------------------
     @property

@@ -306,7 +306,7 @@ class DockerCluster(Cluster):
         self._get(name)
         return self.base_dir / name
 
-    def start_worker(self, name: str, module_argv: list[str]) -> DockerWorker:
+    def start_worker(self, name: str, module_argv: list[str], log_path: Path) -> DockerWorker:
         brokers = [c for n, c in self.containers.items() if n.startswith("broker-")]
         if not brokers:
             raise ClusterError("this cluster has no brokers to run workers beside")
@@ -316,7 +316,7 @@ class DockerCluster(Cluster):
             detach=True, network=self.network_name, cap_add=["NET_ADMIN"],
             name=f"{self.network_name}-worker-{name}", hostname=name,
             labels={**self.labels(), reaper.NODE_LABEL: f"worker-{name}"})
-        w = DockerWorker(name, c)
+        w = DockerWorker(name, c, log_path)
         self.workers.append(w)
         return w
 

@@ -275,8 +275,8 @@ class LocalCluster(Cluster):
     def zookeeper_connect(self) -> str:
         return ",".join(f"127.0.0.1:{p}" for p in self.ports.zk_client.values())
 
-    def start_worker(self, name: str, module_argv: list[str]) -> LocalWorker:
-        w = LocalWorker(name, module_argv, self.base_dir / "workers" / f"{name}.log")
+    def start_worker(self, name: str, module_argv: list[str], log_path: Path) -> LocalWorker:
+        w = LocalWorker(name, module_argv, log_path)
         self.workers.append(w)
         return w
 

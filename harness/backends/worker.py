@@ -37,13 +37,16 @@ class Worker(abc.ABC):
 
 
 class LocalWorker(Worker):
+    """A worker subprocess. Its stdin is a pipe nobody writes: if the harness
+    dies the pipe closes, and a worker started with --stdin-stop stops."""
+
     def __init__(self, name: str, module_argv: list[str], log_path: Path):
         self.name = name
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", *module_argv], stdin=subprocess.DEVNULL,
+            [sys.executable, "-m", *module_argv], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1,
             start_new_session=True)
 
@@ -66,6 +69,11 @@ class LocalWorker(Worker):
         except subprocess.TimeoutExpired:
             return None
         self._log.close()
+        if self.proc.stdin:
+            try:
+                self.proc.stdin.close()
+            except OSError:
+                pass
         return rc
 
     def stderr_text(self) -> str:
@@ -73,9 +81,12 @@ class LocalWorker(Worker):
 
 
 class DockerWorker(Worker):
-    def __init__(self, name: str, container):
+    """A worker container; its stderr is saved to `log_path` once it exits."""
+
+    def __init__(self, name: str, container, log_path: Path):
         self.name = name
         self.container = container
+        self.log_path = log_path
 
     def lines(self) -> Iterator[str]:
         buf = b""
@@ -101,9 +112,12 @@ class DockerWorker(Worker):
 
     def wait(self, timeout: float) -> int | None:
         try:
-            return int(self.container.wait(timeout=timeout)["StatusCode"])
+            rc = int(self.container.wait(timeout=timeout)["StatusCode"])
         except Exception:
             return None
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.log_path.write_text(self.stderr_text())
+        return rc
 
     def stderr_text(self) -> str:
         try:

@@ -81,7 +81,7 @@ class ConfluentProducer:
             if err is None:
                 done(*_acks_done(self.s.acks, msg.offset()))
             else:
-                t, name = classify_send(err.name(), retries=self.s.retries)
+                t, name = classify_send(err.name(), single_attempt=False)
                 done(t, {"error": name})
 
         try:
@@ -89,7 +89,7 @@ class ConfluentProducer:
         except BufferError:
             done("fail", {"error": "_QUEUE_FULL"})
         except KafkaException as e:
-            t, name = classify_send(e.args[0].name(), retries=self.s.retries, never_sent=True)
+            t, name = classify_send(e.args[0].name(), single_attempt=False, never_sent=True)
             done(t, {"error": name})
 
     def poll(self, timeout: float) -> None:
@@ -178,7 +178,8 @@ class KafkaPythonProducer:
         try:
             fut = self.p.send(topic, value=str(value).encode(), partition=partition)
         except Exception as e:  # noqa: BLE001 - raised before the message was accepted
-            t, name = classify_send(kafka_python_name(e), retries=self.s.retries, never_sent=True)
+            t, name = classify_send(kafka_python_name(e), single_attempt=self.s.retries == 0,
+                                    never_sent=True)
             done(t, {"error": name})
             return
         # Library thread -> our queue; `poll` completes ops on the worker's thread.
@@ -213,7 +214,7 @@ class KafkaPythonProducer:
 
 
 def _error_outcome(e: BaseException, retries: int) -> tuple[str, dict[str, Any]]:
-    t, name = classify_send(kafka_python_name(e), retries=retries)
+    t, name = classify_send(kafka_python_name(e), single_attempt=retries == 0)
     return t, {"error": name}
 
 

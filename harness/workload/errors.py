@@ -9,12 +9,19 @@ makes the checker report an aborted read that is the harness's fault, and an
     topic name, bad acks, a CRC the broker rejects): every attempt of the
     same bytes gets the same answer, so no earlier attempt can have landed;
   * refusals that depend on the cluster's state at that moment
-    (NOT_ENOUGH_REPLICAS, NOT_LEADER_FOR_PARTITION, UNKNOWN_TOPIC_OR_PART,
-    ...) — the broker refused *this* attempt before appending — but only
-    when the client makes a single attempt (retries = 0). With retries, an
-    earlier attempt may have timed out after being appended, and the client
-    reports only the last attempt's error. Idempotence does not save us:
-    the leader checks min.insync.replicas before its duplicate detection.
+    (NOT_ENOUGH_REPLICAS, UNKNOWN_TOPIC_OR_PART, ...) — the broker refused
+    *this* attempt before appending — but only when the client makes exactly
+    one attempt. With retries, an earlier attempt may have timed out after
+    being appended, and the client reports only the last attempt's error.
+    librdkafka never promises one attempt: when a Metadata response drops a
+    broker it re-sends that broker's in-flight requests without counting a
+    retry (librdkafka >= 2.10), so its state refusals are always `info`.
+    Idempotence does not save us: the leader checks min.insync.replicas
+    before its duplicate detection.
+
+NOT_LEADER_FOR_PARTITION is never `fail`: a leader that becomes a follower
+answers it to produce requests it had already appended and was holding for
+the high watermark (as Kafka does), and those may yet be committed.
 
 Everything else — timeouts, lost connections, NOT_ENOUGH_REPLICAS_AFTER_APPEND
 (written, just not replicated enough), storage errors, anything unknown — is
@@ -47,7 +54,7 @@ DETERMINISTIC = frozenset({
 
 # Refused before appending, depending on the cluster's state right then.
 STATE_REFUSALS = frozenset({
-    "NOT_ENOUGH_REPLICAS", "NOT_LEADER_FOR_PARTITION", "UNKNOWN_TOPIC_OR_PART",
+    "NOT_ENOUGH_REPLICAS", "UNKNOWN_TOPIC_OR_PART",
     "LEADER_NOT_AVAILABLE", "_UNKNOWN_PARTITION", "_UNKNOWN_TOPIC",
 })
 
@@ -63,17 +70,18 @@ def canonical(name: str) -> str:
     return name
 
 
-def classify_send(name: str, *, retries: int, never_sent: bool = False) -> tuple[str, str]:
+def classify_send(name: str, *, single_attempt: bool, never_sent: bool = False) -> tuple[str, str]:
     """("fail" | "info", canonical error name) for a send that did not succeed.
-    `retries` is the client's retry count (0 = one attempt per message);
-    `never_sent` says the error came before the client accepted the message."""
+    `single_attempt`: the client sends each message at most once (kafka-python
+    with retries = 0; never librdkafka); `never_sent`: the error came before
+    the client accepted the message."""
     c = canonical(name)
     raw = ALIASES.get(name, name)
     if never_sent or raw in NEVER_SENT:
         return "fail", c
     if raw in DETERMINISTIC:
         return "fail", c
-    if raw in STATE_REFUSALS and retries == 0:
+    if raw in STATE_REFUSALS and single_attempt:
         return "fail", c
     return "info", c
 

@@ -61,85 +61,18 @@ class WorkerHandle(Protocol):
     def wait(self, timeout: float) -> int | None: ...
 
 
-class LocalWorker:
-    """A worker as a local subprocess. Its stdin is a pipe we never write:
-    if the harness dies, the pipe closes and the worker (--stdin-stop) stops."""
-
-    def __init__(self, name: str, argv: list[str], log_path: Path | None):
-        self.name = name
-        self._log = open(log_path, "ab") if log_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen([sys.executable, "-m", WORKER_MODULE, *argv, "--stdin-stop"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-                                     text=True, bufsize=1, start_new_session=True)
-
-    def lines(self) -> Iterator[str]:
-        assert self.proc.stdout is not None
-        yield from self.proc.stdout
-
-    def terminate(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-
-    def wait(self, timeout: float) -> int | None:
-        try:
-            rc = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
-        if self._log is not subprocess.DEVNULL:
-            self._log.close()
-        if self.proc.stdin:
-            try:
-                self.proc.stdin.close()
-            except OSError:
-                pass
-        return rc
-
-
-class ClusterWorker:
-    """A worker run by the cluster (docker backend: a container of the broker
-    image), through `cluster.run_worker(argv)`. The handle it returns is
-    expected to offer lines() or a stdout iterable, and stop()/terminate(),
-    kill() and wait(timeout)."""
-
-    def __init__(self, name: str, cluster: Any, argv: list[str]):
-        self.name = name
-        self.h = cluster.run_worker(["python", "-m", WORKER_MODULE, *argv])
-
-    def lines(self) -> Iterator[str]:
-        src = self.h.lines() if hasattr(self.h, "lines") else self.h.stdout
-        for line in src:
-            yield line.decode(errors="replace") if isinstance(line, bytes) else line
-
-    def terminate(self) -> None:
-        (getattr(self.h, "terminate", None) or self.h.stop)()
-
-    def kill(self) -> None:
-        self.h.kill()
-
-    def wait(self, timeout: float) -> int | None:
-        return self.h.wait(timeout)
-
-
 Launcher = Callable[[str, list[str]], WorkerHandle]
 
 
-def local_launcher(log_dir: Path | None) -> Launcher:
+def launcher_for(cluster: Any, log_dir: Path) -> Launcher:
+    """Workers run where the cluster runs them: local subprocesses, or
+    containers on the cluster's network (docker backend). A local worker
+    also stops when the harness dies (--stdin-stop: its stdin pipe closes)."""
+    extra = ["--stdin-stop"] if cluster.backend == "local" else []
+
     def launch(name: str, argv: list[str]) -> WorkerHandle:
-        if log_dir is not None:
-            log_dir.mkdir(parents=True, exist_ok=True)
-        return LocalWorker(name, argv, log_dir / f"{name}.log" if log_dir else None)
+        return cluster.start_worker(name, [WORKER_MODULE, *argv, *extra], log_dir / f"{name}.log")
     return launch
-
-
-def launcher_for(cluster: Any, log_dir: Path | None) -> Launcher:
-    """Workers inside the cluster's network when the backend offers it."""
-    if getattr(cluster, "backend", "") == "docker" and callable(getattr(cluster, "run_worker", None)):
-        return lambda name, argv: ClusterWorker(name, cluster, argv)
-    return local_launcher(log_dir)
 
 
 class _Stream:
@@ -209,11 +142,11 @@ class Workload:
     """Producers and consumers against one cluster, recorded into `recorder`."""
 
     def __init__(self, recorder: Any, bootstrap: str | Callable[[], str], spec: WorkloadSpec, *,
-                 launcher: Launcher | None = None, log: Callable[[str], None] = lambda m: None):
+                 launcher: Launcher, log: Callable[[str], None] = lambda m: None):
         self.recorder = recorder
         self._bootstrap = bootstrap
         self.spec = spec
-        self.launch = launcher or local_launcher(None)
+        self.launch = launcher
         self.log = log
         self._next_wid = 1
         self.streams: list[_Stream] = []

@@ -15,25 +15,26 @@ from harness.workload.worker import Out, RateLimiter, parse_min_end, parse_parti
 
 # -- fail or info ---------------------------------------------------------------------
 
-@pytest.mark.parametrize("name,retries,never_sent,expected", [
-    ("_MSG_TIMED_OUT", 0, False, ("info", "timeout")),
-    ("REQUEST_TIMED_OUT", 0, False, ("info", "timeout")),
-    ("_TRANSPORT", 0, False, ("info", "_TRANSPORT")),
-    ("NOT_ENOUGH_REPLICAS", 0, False, ("fail", "NOT_ENOUGH_REPLICAS")),
-    ("NOT_ENOUGH_REPLICAS", 5, False, ("info", "NOT_ENOUGH_REPLICAS")),   # an earlier try may have landed
-    ("NOT_ENOUGH_REPLICAS_AFTER_APPEND", 0, False, ("info", "NOT_ENOUGH_REPLICAS_AFTER_APPEND")),
-    ("NOT_LEADER_OR_FOLLOWER", 0, False, ("fail", "NOT_LEADER_FOR_PARTITION")),
-    ("UNKNOWN_TOPIC_OR_PARTITION", 3, False, ("info", "UNKNOWN_TOPIC_OR_PART")),
-    ("MSG_SIZE_TOO_LARGE", 10, False, ("fail", "MSG_SIZE_TOO_LARGE")),    # same bytes, same answer
-    ("MESSAGE_SIZE_TOO_LARGE", 10, False, ("fail", "MSG_SIZE_TOO_LARGE")),
-    ("_QUEUE_FULL", 10, False, ("fail", "_QUEUE_FULL")),
-    ("KafkaConnectionError", 0, False, ("info", "KafkaConnectionError")),
-    ("KAFKA_STORAGE_ERROR", 0, False, ("info", "KAFKA_STORAGE_ERROR")),
-    ("SOMETHING_NEW", 0, False, ("info", "SOMETHING_NEW")),
-    ("SOMETHING_NEW", 9, True, ("fail", "SOMETHING_NEW")),
+@pytest.mark.parametrize("name,single,never_sent,expected", [
+    ("_MSG_TIMED_OUT", True, False, ("info", "timeout")),
+    ("REQUEST_TIMED_OUT", True, False, ("info", "timeout")),
+    ("_TRANSPORT", True, False, ("info", "_TRANSPORT")),
+    ("NOT_ENOUGH_REPLICAS", True, False, ("fail", "NOT_ENOUGH_REPLICAS")),
+    ("NOT_ENOUGH_REPLICAS", False, False, ("info", "NOT_ENOUGH_REPLICAS")),  # an earlier try may have landed
+    ("NOT_ENOUGH_REPLICAS_AFTER_APPEND", True, False, ("info", "NOT_ENOUGH_REPLICAS_AFTER_APPEND")),
+    # a leader turned follower answers this to appended, uncommitted requests
+    ("NOT_LEADER_OR_FOLLOWER", True, False, ("info", "NOT_LEADER_FOR_PARTITION")),
+    ("UNKNOWN_TOPIC_OR_PARTITION", False, False, ("info", "UNKNOWN_TOPIC_OR_PART")),
+    ("MSG_SIZE_TOO_LARGE", False, False, ("fail", "MSG_SIZE_TOO_LARGE")),  # same bytes, same answer
+    ("MESSAGE_SIZE_TOO_LARGE", False, False, ("fail", "MSG_SIZE_TOO_LARGE")),
+    ("_QUEUE_FULL", False, False, ("fail", "_QUEUE_FULL")),
+    ("KafkaConnectionError", True, False, ("info", "KafkaConnectionError")),
+    ("KAFKA_STORAGE_ERROR", True, False, ("info", "KAFKA_STORAGE_ERROR")),
+    ("SOMETHING_NEW", True, False, ("info", "SOMETHING_NEW")),
+    ("SOMETHING_NEW", False, True, ("fail", "SOMETHING_NEW")),
 ])
-def test_classify_send(name, retries, never_sent, expected):
-    assert classify_send(name, retries=retries, never_sent=never_sent) == expected
+def test_classify_send(name, single, never_sent, expected):
+    assert classify_send(name, single_attempt=single, never_sent=never_sent) == expected
 
 
 def test_kafka_python_names():
