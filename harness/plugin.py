@@ -191,7 +191,7 @@ def zookeeper(request, cluster_factory) -> Cluster:
 
 @pytest.fixture(scope="session")
 def spark():
-    from reports.spark_session import get_spark
+    from reports.spark_checker import get_spark
     session = get_spark()
     yield session
     session.stop()

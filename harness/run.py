@@ -512,27 +512,13 @@ class Runner:
 
 
 def analyze_and_print(run_dir: Path) -> int:
-    """Run the checker (reports.analyze) and print the verdict."""
-    try:
-        import reports
-        analyze = reports.analyze
-    except (ImportError, AttributeError):
-        log_line(f"no checker available yet (reports.analyze); history in {run_dir}")
-        return EXIT_UNKNOWN
-    result = analyze([str(run_dir)], out=str(run_dir))
-    summary = None
-    if isinstance(result, dict):
-        summary = result
-    elif isinstance(result, (list, tuple)) and result and isinstance(result[0], dict):
-        summary = result[0]
-    if summary is None or "valid" not in summary:
-        path = run_dir / "summary.json"
-        summary = json.loads(path.read_text()) if path.exists() else {}
-    valid = summary.get("valid")
-    anomalies = {k: len(v) for k, v in (summary.get("anomalies") or {}).items() if v}
-    verdict = {True: "VALID", False: "INVALID", None: "UNKNOWN"}[valid]
-    print(f"{verdict}: {run_dir}" + (f"  anomalies {anomalies}" if anomalies else ""))
-    return {True: EXIT_VALID, False: EXIT_INVALID, None: EXIT_UNKNOWN}[valid]
+    """Run the checker on the run directory and print its summary and report path."""
+    from reports import analyze
+    from reports.cli import print_verdict
+    (verdict,) = analyze([run_dir])
+    print_verdict(verdict)
+    return {"valid": EXIT_VALID, "invalid": EXIT_INVALID, "unknown": EXIT_UNKNOWN}.get(
+        verdict.verdict, EXIT_HARNESS)
 
 
 # -- fault / heal by hand ---------------------------------------------------------------------

@@ -1,0 +1,203 @@
+"""The event fields of history-format.md (v1), and what each kind of event needs.
+
+One table drives both checkers: the reference checker tests a parsed line with
+`event_problem`, the Spark checker builds the same test as a column expression
+(`spark_problem_column`), so that both reject exactly the same events with the
+same words. Keep the two in step when the format changes.
+"""
+
+from __future__ import annotations
+
+import json
+
+FORMAT_VERSION = 1
+
+TYPES = ("invoke", "ok", "fail", "info")
+FUNCTIONS = ("send", "poll", "nemesis")
+PHASES = ("start", "stop")
+NEMESIS_PROCESS = -1
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+# (name, kind) in the order of history-format.md. Kinds: long, int, string,
+# bool, records (array of [long, long]), strings (array of string).
+FIELDS: tuple[tuple[str, str], ...] = (
+    ("index", "long"),
+    ("time", "long"),
+    ("process", "long"),
+    ("op", "long"),
+    ("type", "string"),
+    ("f", "string"),
+    ("topic", "string"),
+    ("partition", "int"),
+    ("value", "long"),
+    ("offset", "long"),
+    ("records", "records"),
+    ("high_watermark", "long"),
+    ("final", "bool"),
+    ("error", "string"),
+    ("node", "string"),
+    ("fault", "string"),
+    ("phase", "string"),
+    ("targets", "strings"),
+    ("detail", "string"),
+)
+FIELD_NAMES = tuple(name for name, _ in FIELDS)
+
+# Fields every event carries.
+REQUIRED_ALWAYS = ("index", "time", "process", "op", "type", "f")
+
+# Fields an event of a kind carries: (f, type or None for any type) -> fields.
+# A completion need not repeat the value of its send: the checker takes it from
+# the invocation. `topic`/`partition` are on every send and poll event.
+REQUIRED_BY_KIND: tuple[tuple[str, str | None, tuple[str, ...]], ...] = (
+    ("send", None, ("topic", "partition")),
+    ("poll", None, ("topic", "partition")),
+    ("send", "invoke", ("value",)),
+    ("send", "ok", ("value", "offset")),
+    ("poll", "ok", ("records", "high_watermark")),
+    ("nemesis", None, ("fault", "phase")),
+)
+
+CORRUPT_COLUMN = "_corrupt_record"
+MSG_NOT_JSON = "not a JSON object with v1 event fields of the right types"
+MSG_RECORDS = "records must be [offset, value] pairs of integers"
+
+
+def msg_missing(name: str, f: str | None, type_: str | None) -> str:
+    if f is None:
+        return f"missing required field '{name}'"
+    kind = f if type_ is None else f"{type_} {f}"
+    return f"missing required field '{name}' (on every {kind} event)"
+
+
+def msg_unknown(name: str, value: str) -> str:
+    return f"unknown {name} '{value}'"
+
+
+# --------------------------------------------------------------------------
+# Python side
+
+
+def _as_string(value):
+    """A string field given another JSON value keeps its JSON text, as Spark's reader does."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _is_int(value, lo=INT64_MIN, hi=INT64_MAX) -> bool:
+    return type(value) is int and lo <= value <= hi
+
+
+def normalize_event(raw) -> dict | None:
+    """Type-check a parsed JSON line; return the event dict, or None if malformed.
+
+    Mirrors Spark's JSON reader with an explicit schema: a number where a string
+    is expected becomes its text; anything else of the wrong type makes the
+    whole line malformed.
+    """
+    if not isinstance(raw, dict):
+        return None
+    ev = {}
+    for name, kind in FIELDS:
+        v = raw.get(name)
+        if v is None:
+            ev[name] = None
+            continue
+        if kind == "long":
+            if not _is_int(v):
+                return None
+        elif kind == "int":
+            if not _is_int(v, INT32_MIN, INT32_MAX):
+                return None
+        elif kind == "bool":
+            if type(v) is not bool:
+                return None
+        elif kind == "string":
+            v = _as_string(v)
+        elif kind == "strings":
+            if not isinstance(v, list):
+                return None
+            v = [_as_string(x) for x in v]
+        elif kind == "records":
+            if not isinstance(v, list):
+                return None
+            for r in v:
+                if r is not None and not isinstance(r, list):
+                    return None
+                for x in r or ():
+                    if x is not None and not _is_int(x):
+                        return None
+        ev[name] = v
+    return ev
+
+
+def event_problem(ev: dict) -> str | None:
+    """Why a (normalized) event cannot be checked, or None. Same order as Spark's."""
+    for name in REQUIRED_ALWAYS:
+        if ev.get(name) is None:
+            return msg_missing(name, None, None)
+    if ev["type"] not in TYPES:
+        return msg_unknown("type", ev["type"])
+    if ev["f"] not in FUNCTIONS:
+        return msg_unknown("f", ev["f"])
+    for f, type_, names in REQUIRED_BY_KIND:
+        if ev["f"] == f and (type_ is None or ev["type"] == type_):
+            for name in names:
+                if ev.get(name) is None:
+                    return msg_missing(name, f, type_)
+    recs = ev.get("records")
+    if recs is not None:
+        for r in recs:
+            if r is None or len(r) != 2 or r[0] is None or r[1] is None:
+                return MSG_RECORDS
+    return None
+
+
+# --------------------------------------------------------------------------
+# Spark side (pyspark is imported lazily: the reference checker must not need it)
+
+
+def spark_schema(with_corrupt: bool):
+    """The explicit read schema: never let Spark infer types from a history."""
+    from pyspark.sql import types as T
+
+    kinds = {
+        "long": T.LongType(),
+        "int": T.IntegerType(),
+        "string": T.StringType(),
+        "bool": T.BooleanType(),
+        "records": T.ArrayType(T.ArrayType(T.LongType())),
+        "strings": T.ArrayType(T.StringType()),
+    }
+    fields = [T.StructField(name, kinds[kind], True) for name, kind in FIELDS]
+    if with_corrupt:
+        fields.append(T.StructField(CORRUPT_COLUMN, T.StringType(), True))
+    return T.StructType(fields)
+
+
+def spark_problem_column():
+    """A string column: the first problem of each event (or null), as `event_problem` words it."""
+    from pyspark.sql import functions as F
+
+    c = F.col
+    checks = [F.when(c(CORRUPT_COLUMN).isNotNull(), F.lit(MSG_NOT_JSON))]
+    for name in REQUIRED_ALWAYS:
+        checks.append(F.when(c(name).isNull(), F.lit(msg_missing(name, None, None))))
+    checks.append(
+        F.when(~c("type").isin(*TYPES), F.concat(F.lit("unknown type '"), c("type"), F.lit("'")))
+    )
+    checks.append(F.when(~c("f").isin(*FUNCTIONS), F.concat(F.lit("unknown f '"), c("f"), F.lit("'"))))
+    for f, type_, names in REQUIRED_BY_KIND:
+        kind = c("f") == f
+        if type_ is not None:
+            kind = kind & (c("type") == type_)
+        for name in names:
+            checks.append(F.when(kind & c(name).isNull(), F.lit(msg_missing(name, f, type_))))
+    bad_record = F.exists(
+        "records", lambda r: r.isNull() | (F.size(r) != 2) | F.exists(r, lambda x: x.isNull())
+    )
+    checks.append(F.when(c("records").isNotNull() & bad_record, F.lit(MSG_RECORDS)))
+    return F.coalesce(*checks)

@@ -1,0 +1,901 @@
+"""The Spark checker: anomalies.md over histories of any size.
+
+Every definition is an aggregation, a window or a join over the events; only
+aggregates and (capped) anomaly lists come back to the driver, so a history
+larger than the driver's memory is fine. Many runs are checked in one pass
+(every key carries the run), so a batch of small histories (the property
+tests, a nightly set) costs one set of Spark jobs instead of one per run.
+
+The plan, in the words of the definitions (all "per topic-partition"):
+
+  events --(one shuffle by topic-partition, cached)--> ev
+  ev --(group by op)--> ops: invocation beside completion (outcome, latency,
+                        acknowledged offset, final polls)
+  ev --(posexplode ok polls)--> reads: (process, offset, value) per record
+  sends + reads --(group by partition, value)--> lost, unseen, duplicate,
+                        aborted-read, phantom-read
+  acks + reads --(group by partition, offset)--> inconsistent-offset, and the
+                        offsets known to hold a value
+  poll invocations + reads --(window per partition and process, in index
+                        order)--> re-seeks, nonmonotonic-poll, gaps
+  gaps + known offsets --(window per partition, by offset)--> poll-skip
+
+Why it is shaped like this (a 2-core machine, >= 250k events/s the goal):
+every later grouping and window is keyed by the topic-partition, so once the
+events are hash-partitioned by it and cached, no further exchange of the big
+data happens. Keys are fixed-width numbers, not strings: `tp` is a 64-bit hash
+of (run, topic, partition) with a dictionary on the driver, `t` and `fn` code
+the event type and function. Only small sides are broadcast; tables as big
+as the history are derived again rather than cached (cheaper here); the jobs
+that list anomalies only run when the counts say there are some.
+
+`spark-submit reports/spark_checker.py RUN_DIR...` runs the `analyze` command.
+"""
+
+from __future__ import annotations
+
+if __name__ == "__main__" and not __package__:
+    # Run as a script (spark-submit): import the package, not this folder's modules.
+    import os as _os
+    import sys as _sys
+
+    _here = _os.path.dirname(_os.path.abspath(__file__))
+    _sys.path[:] = [p for p in _sys.path if _os.path.abspath(p or ".") != _here]
+    _sys.path.insert(0, _os.path.dirname(_here))
+
+import json
+import re
+import time
+from collections import defaultdict
+from functools import reduce
+
+from reports.errors import HistoryError
+from reports.readers import RunInput, first_problem
+from reports.schema import CORRUPT_COLUMN, spark_problem_column, spark_schema
+from reports.summary import (
+    ANOMALY_TYPES,
+    CLIENT_FUNCTIONS,
+    DEFAULT_MAX_INSTANCES,
+    NS_PER_SECOND,
+    PERCENTILES,
+    Findings,
+    empty_counts,
+    fault_windows,
+    sort_key,
+)
+
+# Event type codes; for completions the code is also the outcome.
+T_INVOKE, T_FAIL, T_INFO, T_OK = 0, 1, 2, 3
+TYPE_CODES = {"invoke": T_INVOKE, "fail": T_FAIL, "info": T_INFO, "ok": T_OK}
+OUTCOMES = {T_FAIL: "fail", T_INFO: "info", T_OK: "ok"}
+F_SEND, F_POLL, F_NEMESIS = 0, 1, 2
+F_CODES = {"send": F_SEND, "poll": F_POLL, "nemesis": F_NEMESIS}
+F_NAMES = {F_SEND: "send", F_POLL: "poll"}
+
+PERCENTILE_ACCURACY = 10000
+# Detail joins broadcast the flagged side when it has at most this many rows.
+BROADCAST_ROWS = 200_000
+
+DEFAULT_CONF = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    # Few, predictable stages with explicit broadcasts: re-planning at run time costs more than it saves.
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.log.level": "WARN",
+    # Spark 4's per-row shuffle checksum costs a few percent and buys nothing here.
+    "spark.sql.shuffle.orderIndependentChecksum.enabled": "false",
+}
+
+
+def get_spark(master: str | None = None, conf: dict | None = None, progress: bool = False):
+    """A SparkSession for the checker: local[*] unless `master` (or spark-submit) says otherwise.
+
+    If a session already exists in this process (a test fixture, a notebook),
+    it is returned as it is.
+    """
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName("chaoslog-checker")
+    if master:
+        builder = builder.master(master)
+    settings = {**DEFAULT_CONF, **(conf or {})}
+    if progress:
+        settings["spark.ui.showConsoleProgress"] = "true"
+    for k, v in settings.items():
+        builder = builder.config(k, v)
+    return builder.getOrCreate()
+
+
+def _path_key(p: str) -> str:
+    """A file's path as Spark's `_metadata.file_path` spells it, minus the scheme."""
+    return re.sub(r"^file:/+", "/", p)
+
+
+def _code(col, codes: dict):
+    from pyspark.sql import functions as F
+
+    expr = None
+    for name, code in codes.items():
+        expr = (F.when(col == name, code) if expr is None else expr.when(col == name, code))
+    return expr.otherwise(-1)
+
+
+class SparkChecker:
+    """Check a batch of runs in one Spark application; keep what reports need until `close`."""
+
+    def __init__(self, spark, max_instances: int | None = DEFAULT_MAX_INSTANCES):
+        self.spark = spark
+        self.max_instances = max_instances
+        self.cap = max_instances if max_instances is not None else 2**31 - 1
+        self._cached = []
+        self.timings: list[tuple[str, float]] = []
+        self.tps: dict[int, tuple[int, str, int]] = {}  # tp -> (run, topic, partition)
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _collect(self, df, label: str):
+        """collect() a small result, remembering how long the Spark job took (see `timings`)."""
+        t = time.perf_counter()
+        rows = df.collect()
+        self.timings.append((label, time.perf_counter() - t))
+        return rows
+
+    def _persist(self, df):
+        df = df.persist()
+        self._cached.append(df)
+        return df
+
+    def close(self):
+        for df in self._cached:
+            df.unpersist()
+        self._cached = []
+
+    def _named(self, df):
+        """Add topic and partition (for output and canonical order) to a small DataFrame keyed by tp."""
+        from pyspark.sql import functions as F
+
+        return df.join(F.broadcast(self.tp_names), "tp")
+
+    def _ranked(self, df, kind_col: str, order_cols: list[str], dense: bool = False):
+        """Keep the first `cap` rows per (run, kind) in canonical order, with the kind's total."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        w = Window.partitionBy("run", kind_col).orderBy(*order_cols)
+        rank = F.dense_rank() if dense else F.row_number()
+        ranked = df.withColumn("rank", rank.over(w)).withColumn(
+            "total", F.max("rank").over(Window.partitionBy("run", kind_col))
+        )
+        return ranked.filter(F.col("rank") <= self.cap)
+
+    def _small(self, df, n: int):
+        """Broadcast a side known to be small; leave large ones to a shuffle join."""
+        from pyspark.sql import functions as F
+
+        return F.broadcast(df) if n <= BROADCAST_ROWS else df
+
+    # ------------------------------------------------------------------ input
+
+    def _qualified(self, path) -> str:
+        jvm = self.spark._jvm
+        p = jvm.org.apache.hadoop.fs.Path(str(path))
+        fs = p.getFileSystem(self.spark._jsc.hadoopConfiguration())
+        return _path_key(fs.makeQualified(p).toUri().toString())
+
+    def _read_events(self, files: list[tuple[int, object]]):
+        """All files' events, explicitly typed, with `run` (the batch key), `file_id` and codes.
+
+        `files` is [(run key, HistoryFile)]; file_id is the position in it.
+        """
+        from pyspark.sql import functions as F
+
+        spark, c = self.spark, F.col
+        mapping = spark.createDataFrame(
+            [(self._qualified(hf.path), k, i) for i, (k, hf) in enumerate(files)],
+            "file string, run int, file_id int",
+        )
+        frames = []
+        jsonl = [str(hf.path) for _, hf in files if hf.kind == "jsonl"]
+        parquet = [str(hf.path) for _, hf in files if hf.kind == "parquet"]
+        if jsonl:
+            frames.append(
+                spark.read.schema(spark_schema(with_corrupt=True))
+                .option("mode", "PERMISSIVE")
+                .option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
+                .option("allowSingleQuotes", "false")
+                .json(jsonl)
+                .withColumn("file", c("_metadata.file_path"))
+            )
+        if parquet:
+            frames.append(
+                spark.read.schema(spark_schema(with_corrupt=False))
+                .parquet(*parquet)
+                .withColumn(CORRUPT_COLUMN, F.lit(None).cast("string"))
+                .withColumn("file", c("_metadata.file_path"))
+            )
+        ev = reduce(lambda a, b: a.unionByName(b), frames)
+        ev = ev.withColumn("file", F.regexp_replace("file", r"^file:/+", "/"))
+        ev = ev.join(F.broadcast(mapping), "file")
+        # A line cut by a crash (no newline, not JSON) was warned about by open_run: drop it.
+        for i, (_k, hf) in enumerate(files):
+            if hf.truncated_tail is not None:
+                cut = (
+                    (c("file_id") == i)
+                    & c(CORRUPT_COLUMN).isNotNull()
+                    & c(CORRUPT_COLUMN).startswith(_decodable_prefix(hf.truncated_tail))
+                )
+                ev = ev.filter(~F.coalesce(cut, F.lit(False)))
+        # Only what the checks read goes through the shuffle and into the cache;
+        # the nemesis fields (a few rows) travel packed in one JSON column. A
+        # poll's furthest offset and record count become plain columns, so the
+        # per-op aggregation never decodes the records arrays ([offset, value]
+        # pairs order by offset first: array_max is the one with the highest offset).
+        ok_poll = (c("f") == "poll") & (c("type") == "ok")
+        return ev.withColumn("problem", spark_problem_column()).select(
+            "run", "file_id", "topic", "partition",
+            F.xxhash64("run", "topic", "partition").alias("tp"),
+            "index", "time", "process", "op",
+            _code(c("type"), TYPE_CODES).alias("t"),
+            _code(c("f"), F_CODES).alias("fn"),
+            "value", "offset", "records", "high_watermark", "final", "error", "problem",
+            F.when(c("f") == "nemesis", F.to_json(F.struct("fault", "phase", "targets", "detail")))
+            .alias("nemesis"),
+            F.when(ok_poll, F.size("records")).alias("rec_n"),
+            F.when(ok_poll, F.get(F.array_max("records"), 0)).alias("rec_max"),
+        )
+
+    def _validate(self, ev, runs: dict[int, RunInput], files):
+        """One pass: events per run, the history's end, malformed events per file, the partitions.
+
+        Spark only counts malformed events; the plain reader then names the
+        first one's line (it applies the same rules, schema.py).
+        """
+        from pyspark.sql import functions as F
+
+        rows = self._collect(
+            ev.groupBy("run", "file_id", "tp", "topic", "partition").agg(
+                F.count(F.lit(1)).alias("events"),
+                F.max("time").alias("end_time"),
+                F.sum(F.col("problem").isNotNull().cast("long")).alias("problems"),
+            ),
+            "read and validate",
+        )
+        stats: dict[int, dict] = {k: {"events": 0, "end_time": 0} for k in runs}
+        problems: dict[int, int] = defaultdict(int)
+        for r in rows:
+            s = stats[r.run]
+            s["events"] += r.events
+            s["end_time"] = max(s["end_time"], r.end_time or 0)
+            problems[r.file_id] += r.problems
+            if r.topic is not None and r.partition is not None:
+                seen = self.tps.setdefault(r.tp, (r.run, r.topic, r.partition))
+                if seen != (r.run, r.topic, r.partition):  # a 64-bit hash collision
+                    raise RuntimeError(f"partition key collision: {seen} and {(r.run, r.topic, r.partition)}")
+        errors: dict[int, HistoryError] = {}
+        for file_id in sorted(problems):
+            k, hf = files[file_id]
+            if not problems[file_id] or k in errors:
+                continue
+            err = first_problem(hf)
+            if err is None:  # the two readers disagree: still name the file
+                example = (
+                    ev.filter((F.col("file_id") == file_id) & F.col("problem").isNotNull())
+                    .select("problem").limit(1).collect()
+                )
+                why = example[0].problem if example else "malformed events"
+                err = HistoryError(hf.path, None, f"{problems[file_id]} malformed events, e.g.: {why}")
+            errors[k] = err
+        return stats, errors
+
+    # ---------------------------------------------------------------- derived
+
+    def _ops(self, ev):
+        """One row per client op: its invocation and completion side by side.
+
+        Only fixed-width aggregates of fixed-width keys: Spark hash-aggregates it.
+        """
+        from pyspark.sql import functions as F
+
+        c = F.col
+        inv = c("t") == T_INVOKE
+        done = c("t") > T_INVOKE
+        ok = c("t") == T_OK
+        return (
+            ev.filter(c("fn").isin(F_SEND, F_POLL))
+            .groupBy("run", "tp", "fn", "op")
+            .agg(
+                F.coalesce(F.min(F.when(inv, c("process"))), F.min("process")).alias("process"),
+                F.min(F.when(inv, c("index"))).alias("inv_index"),
+                F.min(F.when(inv, c("time"))).alias("inv_time"),
+                F.max(F.when(done, c("index"))).alias("comp_index"),
+                F.max(F.when(done, c("time"))).alias("comp_time"),
+                F.max(F.when(done, c("t"))).alias("outcome"),
+                F.coalesce(F.max(F.when(inv, c("value"))), F.max("value")).alias("value"),
+                F.max(F.when(inv, c("offset"))).alias("position"),
+                F.max(F.when(ok & (c("fn") == F_SEND), c("offset"))).alias("ack"),
+                F.max(F.when(ok, c("high_watermark"))).alias("hw"),
+                F.max(F.coalesce(c("final").cast("int"), F.lit(0))).alias("final"),
+                F.max("rec_max").alias("rec_max"),
+                F.max("rec_n").alias("rec_n"),
+            )
+        )
+
+    def _reads(self, ev):
+        """Every record an ok poll returned, with the poll's process, op, index and time."""
+        from pyspark.sql import functions as F
+
+        return (
+            ev.filter((F.col("fn") == F_POLL) & (F.col("t") == T_OK))
+            .select("run", "tp", "process", "op", "index", "time",
+                    F.posexplode("records").alias("pos", "rec"))
+            .select("run", "tp", "process", "op", "index", "time", "pos",
+                    F.get(F.col("rec"), 0).alias("offset"), F.get(F.col("rec"), 1).alias("value"))
+        )
+
+    # ------------------------------------------------------------------ check
+
+    def check(self, runs: list[RunInput]) -> list[Findings | HistoryError]:
+        """Findings for each run, or the HistoryError that stopped it, in input order."""
+        from pyspark.sql import functions as F
+
+        todo = dict(enumerate(runs))
+        parts = int(self.spark.conf.get("spark.sql.shuffle.partitions"))
+        files = [(k, hf) for k, run in todo.items() for hf in run.files]
+        # The one wide shuffle, by topic-partition (see the module docstring).
+        ev = self._persist(self._read_events(files).repartition(parts, "tp"))
+        stats, errors = self._validate(ev, todo, files)
+        good = [k for k in todo if k not in errors]
+        results: dict[int, Findings | HistoryError] = dict(errors)
+        if not good:
+            return [results[k] for k in range(len(runs))]
+        if errors:
+            ev = ev.filter(F.col("run").isin(good))
+        self.ev = ev.drop("problem", "file_id", "topic", "partition")
+        self.tp_names = self.spark.createDataFrame(
+            [(tp, run, topic, partition) for tp, (run, topic, partition) in self.tps.items()],
+            "tp long, trun int, topic string, partition int",
+        ).drop("trun")
+        self.ops = self._persist(self._ops(self.ev))
+        self.reads = self._reads(self.ev)
+
+        findings = {}
+        for k in good:
+            run = todo[k]
+            f = Findings(run.run_id, run.run_json, run.idempotent, "spark")
+            f.events, f.end_time = stats[k]["events"], stats[k]["end_time"]
+            f.warnings = list(run.warnings)
+            f.counts = empty_counts()
+            findings[k] = f
+
+        self._nemesis(findings)
+        tp_rows = self._partitions(findings)
+        self._timeline(findings)
+        self._latency(findings)
+        self._errors_and_windows(findings)
+        self._value_anomalies(findings, tp_rows)
+        offsets = self._offset_anomalies(findings)
+        self._sequence_anomalies(findings, offsets)
+        for f in findings.values():
+            c = f.counts
+            c["lost"] = f.anomaly_counts["lost"]
+            c["unseen"] = f.anomaly_counts["unseen"]
+            c["duplicated"] = f.anomaly_counts["duplicate"]
+            for kind in ANOMALY_TYPES:
+                f.anomalies[kind].sort(key=sort_key(kind))
+        results.update(findings)
+        return [results[k] for k in range(len(runs))]
+
+    # -------------------------------------------------------------- sections
+
+    def _nemesis(self, findings):
+        from pyspark.sql import functions as F
+
+        rows = self._collect(
+            self.ev.filter(F.col("fn") == F_NEMESIS).select("run", "index", "time", "nemesis"),
+            "nemesis",
+        )
+        per_run = defaultdict(list)
+        for r in rows:
+            per_run[r.run].append({"index": r["index"], "time": r["time"], **json.loads(r.nemesis)})
+        for k, f in findings.items():
+            f.windows = fault_windows(per_run[k], f.end_time)
+
+    def _partitions(self, findings):
+        """Per topic-partition: counts by outcome, furthest offsets, final-read completeness."""
+        from pyspark.sql import functions as F
+
+        c = F.col
+        send, poll = c("fn") == F_SEND, c("fn") == F_POLL
+        ok = c("outcome") == T_OK
+        final_ok = poll & ok & (c("final") == 1)
+        complete = final_ok & c("hw").isNotNull() & (
+            ((c("rec_n") > 0) & (c("rec_max") >= c("hw") - 1))
+            | ((c("rec_n") == 0) & ((c("hw") == 0) | (c("position") == c("hw"))))
+        )
+
+        def n(cond):
+            return F.sum(F.when(cond, 1).otherwise(0))
+
+        outcome_counts = []
+        for fn, is_f in (("send", send), ("poll", poll)):
+            for code, name in OUTCOMES.items():
+                outcome_counts.append(n(is_f & (c("outcome") == code)).alias(f"{fn}_{name}"))
+            outcome_counts.append(n(is_f & c("outcome").isNull()).alias(f"{fn}_pending"))
+        rows = self._collect(
+            self.ops.groupBy("run", "tp").agg(
+                n(send).alias("sends"),
+                n(send & ok).alias("acknowledged"),
+                n(poll).alias("polls"),
+                F.sum(F.when(poll & ok, c("rec_n")).otherwise(0)).alias("records"),
+                F.max(F.when(send & ok, c("ack"))).alias("max_ack_offset"),
+                F.max(F.when(poll & ok, c("rec_max"))).alias("max_read_offset"),
+                n(final_ok).alias("final_polls"),
+                F.max(complete.cast("int")).alias("final_complete"),
+                F.max(F.when(final_ok, c("hw"))).alias("final_high_watermark"),
+                *outcome_counts,
+            ),
+            "ops and partitions",
+        )
+        per_run = defaultdict(list)
+        for r in rows:
+            d = r.asDict()
+            f = findings[d.pop("run")]
+            for fn in CLIENT_FUNCTIONS:
+                for o in ("ok", "fail", "info", "pending"):
+                    f.counts[fn][o] += d.pop(f"{fn}_{o}")
+            f.counts["acknowledged"] += d["acknowledged"]
+            f.counts["records"] += d["records"]
+            _run, topic, partition = self.tps[d.pop("tp")]
+            per_run[r.run].append({"topic": topic, "partition": partition, **d,
+                                   "final_complete": bool(d["final_complete"])})
+        for k, f in findings.items():
+            f.partitions = sorted(per_run[k], key=lambda p: (p["topic"], p["partition"]))
+        return rows
+
+    def _timeline(self, findings):
+        """Per second of completion: outcomes, availability, p50/p99 latency of ok ops."""
+        from pyspark.sql import functions as F
+
+        c = F.col
+        lat = c("comp_time") - c("inv_time")
+        aggs = []
+        for fn, code_f in (("send", F_SEND), ("poll", F_POLL)):
+            is_f = c("fn") == code_f
+            for code, name in OUTCOMES.items():
+                aggs.append(F.sum(F.when(is_f & (c("outcome") == code), 1).otherwise(0)).alias(f"{fn}_{name}"))
+            aggs.append(
+                F.percentile_approx(F.when(is_f & (c("outcome") == T_OK), lat), [0.5, 0.99],
+                                    PERCENTILE_ACCURACY).alias(f"{fn}_pct")
+            )
+        rows = self._collect(
+            self.ops.filter(c("outcome").isNotNull())
+            .withColumn("second", F.expr(f"comp_time div {NS_PER_SECOND}"))
+            .groupBy("run", "second")
+            .agg(*aggs),
+            "timeline",
+        )
+        per_run = defaultdict(list)
+        for r in rows:
+            row = {"second": r.second}
+            for fn in CLIENT_FUNCTIONS:
+                for name in ("ok", "fail", "info"):
+                    row[f"{fn}_{name}"] = r[f"{fn}_{name}"]
+                pct = r[f"{fn}_pct"]
+                row[f"{fn}_p50_ns"] = pct[0] if pct else None
+                row[f"{fn}_p99_ns"] = pct[1] if pct else None
+            done = row["send_ok"] + row["send_fail"] + row["send_info"]
+            row["availability"] = None if done == 0 else row["send_ok"] / done
+            per_run[r.run].append(row)
+        for k, f in findings.items():
+            f.timeline = sorted(per_run[k], key=lambda r: r["second"])
+
+    def _latency(self, findings):
+        from pyspark.sql import functions as F
+
+        c = F.col
+        lat = c("comp_time") - c("inv_time")
+        rows = self._collect(
+            self.ops.filter((c("outcome") == T_OK) & c("inv_time").isNotNull())
+            .groupBy("run", "fn")
+            .agg(
+                F.count(F.lit(1)).alias("count"),
+                F.percentile_approx(lat, [p for p, _ in PERCENTILES], PERCENTILE_ACCURACY).alias("pct"),
+                F.max(lat).alias("max"),
+            ),
+            "latency",
+        )
+        empty = {"count": 0, **{name: None for _, name in PERCENTILES}, "max_ns": None}
+        for f in findings.values():
+            f.latency = {fn: dict(empty) for fn in CLIENT_FUNCTIONS}
+        for r in rows:
+            d = {"count": r["count"]}
+            for (_, name), v in zip(PERCENTILES, r.pct):
+                d[name] = v
+            d["max_ns"] = r["max"]
+            findings[r.run].latency[F_NAMES[r.fn]] = d
+
+    def _errors_and_windows(self, findings):
+        """Errors by kind over the run, and outcomes and errors inside each fault window.
+
+        Window membership is a range condition; to keep the join an equi-join,
+        each window is listed under every second it covers and matched with
+        completions of that second, then the exact bounds are checked.
+        """
+        from pyspark.sql import functions as F
+
+        c = F.col
+        comps = self.ev.filter(c("fn").isin(F_SEND, F_POLL) & (c("t") > T_INVOKE)).select(
+            "run", "fn", "t", F.coalesce(c("error"), F.lit("unknown")).alias("error"), "time"
+        )
+        overall = (
+            comps.filter(c("t") != T_OK)
+            .groupBy("run", "fn", "t", "error")
+            .count()
+            .withColumn("window", F.lit(-1))
+        )
+        buckets = [
+            (k, w["id"], w["start"], w["stop"], sec)
+            for k, f in findings.items()
+            for w in f.windows
+            for sec in range(w["start"] // NS_PER_SECOND, w["stop"] // NS_PER_SECOND + 1)
+        ]
+        parts = [overall]
+        if buckets:
+            wdf = self.spark.createDataFrame(
+                buckets, "wrun int, window int, start long, stop long, wsecond long"
+            )
+            inside = (
+                comps.withColumn("second", F.expr(f"time div {NS_PER_SECOND}"))
+                .join(
+                    F.broadcast(wdf),
+                    (c("run") == c("wrun")) & (c("second") == c("wsecond"))
+                    & (c("time") >= c("start")) & (c("time") <= c("stop")),
+                )
+                .withColumn("error", F.when(c("t") == T_OK, F.lit(None)).otherwise(c("error")))
+                .groupBy("run", "fn", "t", "error", "window")
+                .count()
+            )
+            parts.append(inside.select(*overall.columns))
+        rows = self._collect(reduce(lambda a, b: a.unionByName(b), parts), "errors and fault windows")
+        for f in findings.values():
+            f.errors = {fn: {"fail": {}, "info": {}} for fn in CLIENT_FUNCTIONS}
+            for w in f.windows:
+                w["ops"] = {fn: {o: 0 for o in ("ok", "fail", "info")} for fn in CLIENT_FUNCTIONS}
+                w["errors"] = {fn: {"fail": {}, "info": {}} for fn in CLIENT_FUNCTIONS}
+        for r in rows:
+            f = findings[r.run]
+            fn, outcome = F_NAMES[r.fn], OUTCOMES[r.t]
+            if r.window < 0:
+                f.errors[fn][outcome][r.error] = r["count"]
+                continue
+            w = f.windows[r.window]
+            w["ops"][fn][outcome] += r["count"]
+            if outcome != "ok":
+                w["errors"][fn][outcome][r.error] = r["count"]
+
+    def _value_anomalies(self, findings, tp_rows):
+        """Per (partition, value): lost, unseen, duplicate, aborted-read, phantom-read."""
+        from pyspark.sql import functions as F
+
+        c = F.col
+        none = F.lit(None).cast("long")
+        sends = self.ops.filter(c("fn") == F_SEND).select(
+            "run", "tp", "value", F.lit(1).alias("is_send"), "outcome", "ack",
+            c("op").alias("send_op"), c("process").alias("send_process"),
+            c("comp_time").alias("send_time"), c("comp_index").alias("send_index"),
+            none.alias("r_offset"),
+        )
+        reads = self.reads.select(
+            "run", "tp", "value", F.lit(0).alias("is_send"), F.lit(None).cast("int").alias("outcome"),
+            none.alias("ack"), none.alias("send_op"), none.alias("send_process"),
+            none.alias("send_time"), none.alias("send_index"), c("offset").alias("r_offset"),
+        )
+        vals = (
+            sends.unionByName(reads)
+            .groupBy("run", "tp", "value")
+            .agg(
+                F.max("is_send").alias("sent"),
+                F.max("outcome").alias("outcome"),
+                F.max("ack").alias("ack"),
+                F.max("send_op").alias("send_op"),
+                F.max("send_process").alias("send_process"),
+                F.max("send_time").alias("send_time"),
+                F.max("send_index").alias("send_index"),
+                F.count("r_offset").alias("reads"),
+                F.min("r_offset").alias("rmin"),
+                F.max("r_offset").alias("rmax"),
+            )
+        )
+        top = self.spark.createDataFrame(
+            [(r.tp, r.max_read_offset) for r in tp_rows], "tp long, max_read long"
+        )
+        vals = vals.join(F.broadcast(top), "tp", "left")
+        unread_ack = (c("outcome") == T_OK) & (c("reads") == 0)
+        lost = unread_ack & c("max_read").isNotNull() & (c("max_read") >= c("ack"))
+        vals = vals.withColumn(
+            "vkind",
+            F.when(lost, "lost")
+            .when(unread_ack, "unseen")
+            .when((c("reads") > 0) & (c("sent") == 0), "phantom-read")
+            .when((c("reads") > 0) & (c("outcome") == T_FAIL), "aborted-read"),
+        ).withColumn("dup", c("rmin") != c("rmax"))
+        counts = self._collect(
+            vals.groupBy("run").agg(
+                F.count(F.when(c("reads") > 0, 1)).alias("read"),
+                *[F.count(F.when(c("vkind") == k, 1)).alias(k) for k in
+                  ("lost", "unseen", "phantom-read", "aborted-read")],
+                F.count(F.when(c("dup"), 1)).alias("duplicate"),
+            ),
+            "values",
+        )
+        n_lu = n_flag = 0
+        for r in counts:
+            findings[r.run].counts["read"] = r.read
+            n_lu += r.lost + r.unseen
+            n_flag += r["phantom-read"] + r["aborted-read"] + r.duplicate
+        if not (n_lu or n_flag):
+            return
+        # Not cached: the per-value table is as big as the history. Only the
+        # values with something to report are, once the counts say there are some.
+        flagged = self._persist(self._named(vals.filter(c("vkind").isNotNull() | c("dup"))))
+        if n_lu:
+            # lost and unseen: everything is on the value row.
+            lu = self._collect(
+                self._ranked(flagged.filter(c("vkind").isin("lost", "unseen")), "vkind",
+                             ["topic", "partition", "ack", "value"]),
+                "lost and unseen",
+            )
+            for r in lu:
+                f = findings[r.run]
+                f.anomaly_counts[r.vkind] = r.total
+                f.anomalies[r.vkind].append({
+                    "topic": r.topic, "partition": r.partition, "value": r.value, "offset": r.ack,
+                    "process": r.send_process, "op": r.send_op, "index": r.send_index,
+                    "time": r.send_time,
+                })
+        if not n_flag:
+            return
+        # duplicate, aborted-read, phantom-read: need each offset the value was read at.
+        keys = flagged.filter(c("vkind").isin("phantom-read", "aborted-read") | c("dup")).select(
+            "tp", "value", "topic", "partition", "vkind", c("dup").cast("int").alias("dup"), "send_op"
+        )
+        per_offset = (
+            self.reads.join(self._small(keys, n_flag), ["tp", "value"])
+            # everything but the offset depends on the value only: keys, not aggregates
+            .groupBy("run", "tp", "topic", "partition", "value", "offset", "vkind", "dup", "send_op")
+            .agg(
+                F.min("index").alias("idx"),
+                F.min_by("time", "index").alias("time"),
+                F.min_by("op", "index").alias("op"),
+                F.min_by("process", "index").alias("process"),
+            )
+        )
+        per_offset = self._persist(per_offset)
+        single = self._ranked(
+            per_offset.filter(c("vkind").isin("phantom-read", "aborted-read")), "vkind",
+            ["topic", "partition", "value", "offset"],
+        )
+        dups = self._ranked(
+            per_offset.filter(c("dup") == 1).withColumn("vkind", F.lit("duplicate")),
+            "vkind", ["topic", "partition", "value"], dense=True,
+        )
+        dup_rows = defaultdict(list)
+        for r in self._collect(single.unionByName(dups), "duplicate, aborted and phantom reads"):
+            f = findings[r.run]
+            f.anomaly_counts[r.vkind] = r.total
+            if r.vkind == "duplicate":
+                dup_rows[(r.run, r.topic, r.partition, r.value)].append(r)
+                continue
+            inst = {"topic": r.topic, "partition": r.partition, "value": r.value, "offset": r.offset,
+                    "index": r.idx, "time": r.time, "op": r.op, "process": r.process}
+            if r.vkind == "aborted-read":
+                inst["send_op"] = r.send_op
+            f.anomalies[r.vkind].append(inst)
+        for (k, topic, partition, value), rs in dup_rows.items():
+            rs.sort(key=lambda r: (r.idx, r.offset))
+            w = rs[1]
+            findings[k].anomalies["duplicate"].append({
+                "topic": topic, "partition": partition, "value": value,
+                "offsets": sorted(r.offset for r in rs), "index": w.idx, "time": w.time,
+                "op": w.op, "process": w.process, "send_op": rs[0].send_op,
+            })
+
+    def _offset_anomalies(self, findings):
+        """Per (partition, offset): inconsistent-offset. Returns the known offsets (for poll-skip)."""
+        from pyspark.sql import functions as F
+
+        c = F.col
+        acks = self.ops.filter((c("fn") == F_SEND) & (c("outcome") == T_OK)).select(
+            "run", "tp", c("ack").alias("offset"), "value", c("comp_index").alias("idx"),
+            c("comp_time").alias("time"), "op", "process", F.lit(1).alias("is_ack"),
+        )
+        reads = self.reads.select(
+            "run", "tp", "offset", "value", c("index").alias("idx"), "time", "op", "process",
+            F.lit(0).alias("is_ack"),
+        )
+        seen = acks.unionByName(reads)
+        offsets = seen.groupBy("run", "tp", "offset").agg(
+            F.min("value").alias("vmin"), F.max("value").alias("vmax")
+        )
+        bad = offsets.filter(c("vmin") != c("vmax")).select("run", "tp", "offset")
+        n_bad = sum(r["count"] for r in self._collect(bad.groupBy().count(), "offsets"))
+        if not n_bad:
+            return offsets
+        bad = self._persist(bad)
+        detail = (
+            seen.join(self._small(bad, n_bad), ["run", "tp", "offset"])
+            .groupBy("run", "tp", "offset", "value")
+            .agg(
+                F.min("idx").alias("first"),
+                F.min_by("time", "idx").alias("time"),
+                F.min_by("op", "idx").alias("op"),
+                F.min_by("process", "idx").alias("process"),
+                F.max("is_ack").alias("acked"),
+            )
+            .withColumn("kind", F.lit("inconsistent-offset"))
+        )
+        rows = self._collect(
+            self._ranked(self._named(detail), "kind", ["topic", "partition", "offset"], dense=True),
+            "inconsistent offsets",
+        )
+        groups = defaultdict(list)
+        for r in rows:
+            findings[r.run].anomaly_counts["inconsistent-offset"] = r.total
+            groups[(r.run, r.topic, r.partition, r.offset)].append(r)
+        for (k, topic, partition, offset), rs in groups.items():
+            rs.sort(key=lambda r: (r.first, r.value))
+            w = rs[1]
+            findings[k].anomalies["inconsistent-offset"].append({
+                "topic": topic, "partition": partition, "offset": offset,
+                "values": sorted(r.value for r in rs),
+                "acknowledged": sorted(r.value for r in rs if r.acked),
+                "index": w.first, "time": w.time, "op": w.op, "process": w.process,
+            })
+        return offsets
+
+    def _sequence_anomalies(self, findings, offsets):
+        """nonmonotonic-poll and poll-skip: each process's reads of a partition, in index order.
+
+        A re-seek is a poll invocation whose position is not right after the
+        last offset the process returned there; two successive returned offsets
+        with no re-seek between them must increase by exactly one, unless no
+        read or acknowledgement shows a value strictly between them.
+
+        Two window functions over (partition, process) ordered by index (and
+        position within a poll), sharing one sort: the last record before each
+        row (its offset and op), then whether a re-seek came after it (the last
+        "marker" before a record: 1 = a record, 2 = a re-seeking invocation).
+        """
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        c = F.col
+        no_rec = F.lit(None).cast("struct<offset:long,op:long>")
+        invokes = self.ev.filter((c("fn") == F_POLL) & (c("t") == T_INVOKE)).select(
+            "run", "tp", "process", "op", "time", c("index").alias("ord"), F.lit(-1).alias("pos"),
+            c("offset").alias("position"), no_rec.alias("rec"),
+        )
+        records = self.reads.select(
+            "run", "tp", "process", "op", "time", c("index").alias("ord"), "pos",
+            F.lit(None).cast("long").alias("position"), F.struct(c("offset"), c("op")).alias("rec"),
+        )
+        w = Window.partitionBy("tp", "process").orderBy("ord", "pos")
+        before = w.rowsBetween(Window.unboundedPreceding, -1)
+        seq = invokes.unionByName(records).withColumn(
+            "prev", F.last("rec", ignorenulls=True).over(before)
+        )
+        reseek = c("position").isNotNull() & c("prev").isNotNull() & (
+            c("position") != c("prev.offset") + 1
+        )
+        seq = seq.withColumn("marker", F.when(c("rec").isNotNull(), 1).when(reseek, 2)).withColumn(
+            "last_marker", F.last("marker", ignorenulls=True).over(before)
+        )
+        chained = c("rec").isNotNull() & c("prev").isNotNull() & (c("last_marker") == 1)
+        flagged = (
+            seq.withColumn(
+                "kind",
+                F.when(chained & (c("rec.offset") <= c("prev.offset")), "nonmonotonic-poll").when(
+                    chained & (c("rec.offset") > c("prev.offset") + 1), "gap"
+                ),
+            )
+            .filter(c("kind").isNotNull())
+            .select(
+                "run", "tp", "process", c("rec.offset").alias("offset"),
+                c("prev.offset").alias("previous"), "op", c("prev.op").alias("previous_op"),
+                c("ord").alias("index"), "time", "kind",
+            )
+        )
+        flagged = self._persist(flagged)
+        counts = self._collect(flagged.groupBy("kind").count(), "poll sequences")
+        n_nonmono = sum(r["count"] for r in counts if r.kind == "nonmonotonic-poll")
+        n_gaps = sum(r["count"] for r in counts if r.kind == "gap")
+        order = ["topic", "partition", "process", "index", "offset", "previous"]
+        fields = ["topic", "partition", "process", "offset", "previous", "op", "previous_op", "index", "time"]
+        if n_nonmono:
+            nonmono = self._ranked(self._named(flagged.filter(c("kind") == "nonmonotonic-poll")),
+                                   "kind", order)
+            for r in self._collect(nonmono, "nonmonotonic polls"):
+                f = findings[r.run]
+                f.anomaly_counts["nonmonotonic-poll"] = r.total
+                f.anomalies["nonmonotonic-poll"].append({x: r[x] for x in fields})
+        if not n_gaps:
+            return
+        # For each gap (previous, offset): the smallest known offset above
+        # `previous`, found by walking the known offsets downwards.
+        cols = ("process", "offset", "previous", "op", "previous_op", "index", "time")
+        known = offsets.select(
+            "run", "tp", c("offset").alias("at"), F.lit(0).alias("is_gap"),
+            *[F.lit(None).cast("long").alias(x) for x in cols],
+        )
+        cands = flagged.filter(c("kind") == "gap").select(
+            "run", "tp", c("previous").alias("at"), F.lit(1).alias("is_gap"), *cols,
+        )
+        down = Window.partitionBy("tp").orderBy(F.desc("at"), F.desc("is_gap")).rowsBetween(
+            Window.unboundedPreceding, -1
+        )
+        skips = (
+            known.unionByName(cands)
+            .withColumn("skipped", F.last(F.when(c("is_gap") == 0, c("at")), ignorenulls=True).over(down))
+            .filter((c("is_gap") == 1) & c("skipped").isNotNull() & (c("skipped") < c("offset")))
+            .withColumn("kind", F.lit("poll-skip"))
+        )
+        for r in self._collect(self._ranked(self._named(skips), "kind", order), "poll skips"):
+            f = findings[r.run]
+            f.anomaly_counts["poll-skip"] = r.total
+            inst = {x: r[x] for x in fields}
+            inst["skipped"] = r.skipped
+            f.anomalies["poll-skip"].append(inst)
+
+    # ---------------------------------------------------------------- context
+
+    def tp_of(self, run: int, topic: str, partition: int) -> int | None:
+        if not hasattr(self, "_tp_index"):
+            self._tp_index = {v: k for k, v in self.tps.items()}
+        return self._tp_index.get((run, topic, partition))
+
+    def context(self, requests: dict[int, dict]) -> dict[int, dict]:
+        """Rows around the anomalies a report shows (see context.py), per batch key."""
+        from reports.context import spark_context
+
+        return spark_context(self, requests)
+
+
+def _decodable_prefix(data: bytes, limit: int = 200) -> str:
+    for cut in range(0, 4):
+        try:
+            return data[: len(data) - cut].decode("utf-8")[:limit]
+        except UnicodeDecodeError:
+            continue
+    return data.decode("utf-8", errors="ignore")[:limit]
+
+
+def check(run_dirs, spark=None, master=None, max_instances=DEFAULT_MAX_INSTANCES):
+    """Findings (or HistoryError) for each run directory; opens a session if none is given."""
+    from reports.readers import open_run
+
+    spark = spark or get_spark(master)
+    inputs, out = [], []
+    for d in run_dirs:
+        try:
+            inputs.append(open_run(d))
+        except HistoryError as e:
+            inputs.append(e)
+    runs = [r for r in inputs if isinstance(r, RunInput)]
+    checker = SparkChecker(spark, max_instances)
+    try:
+        done = iter(checker.check(runs) if runs else [])
+    finally:
+        checker.close()
+    for r in inputs:
+        out.append(r if isinstance(r, HistoryError) else next(done))
+    return out
+
+
+if __name__ == "__main__":
+    import sys
+
+    from reports.cli import main
+
+    sys.exit(main(["analyze", "--checker", "spark", *sys.argv[1:]]))
