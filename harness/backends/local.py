@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import sys
 import tempfile
@@ -63,6 +62,7 @@ class LocalCluster(Cluster):
         self.ports = _Ports({}, {}, {}, None)
         self._proxy: LocalProcess | None = None
         self.workers: list[LocalWorker] = []
+        self.node_env: dict[str, dict[str, str]] = {}  # set_node_env
 
     # --- layout --------------------------------------------------------
     def data_dir(self, name: str) -> Path:
@@ -93,7 +93,8 @@ class LocalCluster(Cluster):
         (d / "conf" / "zoo.cfg").write_text(
             zkh.zoo_cfg(d / "data", self.ports.zk_client[name], servers=servers))
         (d / "conf" / "log4j.properties").write_text(zkh.LOG4J)
-        return LocalProcess(name, zkh.java_command(d / "conf"), d / "node.log", self.marker, cwd=d)
+        return LocalProcess(name, zkh.java_command(d / "conf"), d / "node.log", self.marker, cwd=d,
+                            env=self._env_of(name))
 
     def _zk_connect_for(self, broker: str) -> str:
         if self.spec.proxied:
@@ -129,7 +130,24 @@ class LocalCluster(Cluster):
         (d / "server.properties").write_text(cfg.render())
         argv = [sys.executable, "-m", "cluster.broker", str(d / "server.properties")]
         return LocalProcess(name, argv, d / "node.log", self.marker, cwd=d,
-                            env={"PYTHONUNBUFFERED": "1"})
+                            env=self._env_of(name))
+
+    def _env_of(self, name: str) -> dict[str, str]:
+        base = {"PYTHONUNBUFFERED": "1"} if name.startswith("broker-") else {}
+        return {**base, **self.node_env.get(name, {})}
+
+    def set_node_env(self, name: str, env: dict[str, str]) -> None:
+        """Extra environment variables of one node's process from its next
+        start on, replacing those set before ({} removes them); callable
+        before start() too. For test hooks read from the environment, e.g. a
+        broker's CHAOSLOG_CONTROLLER_HALT_AFTER_STEP (local backend only)."""
+        if name not in self.spec.node_names():
+            raise ClusterError(f"no node {name!r} in cluster {self.spec.name!r}; "
+                               f"nodes are {', '.join(self.spec.node_names())}")
+        self.node_env[name] = {str(k): str(v) for k, v in env.items()}
+        if name in self.procs:
+            self.procs[name].env = self._env_of(name)
+            self.save()
 
     def _start_proxy(self) -> None:
         d = self.base_dir / "proxy"
@@ -245,10 +263,10 @@ class LocalCluster(Cluster):
         p = self._proc(name)
         if not p.running():
             raise ClusterError(f"{name} is not running; cannot pause it")
-        p.signal(signal.SIGSTOP)
+        p.freeze(True)
 
     def resume_node(self, name: str) -> None:
-        self._proc(name).signal(signal.SIGCONT)
+        self._proc(name).freeze(False)
 
     def nodes(self) -> list[NodeInfo]:
         out = []

@@ -85,6 +85,14 @@ class LocalProcess:
         if self.is_ours():
             os.kill(self.pid, sig)
 
+    def freeze(self, frozen: bool, timeout: float = 10.0) -> None:
+        """SIGSTOP or SIGCONT, and wait until the kernel shows it: a signal is
+        delivered asynchronously, and callers look at the state right after."""
+        self.signal(signal.SIGSTOP if frozen else signal.SIGCONT)
+        deadline = time.monotonic() + timeout
+        while self.paused() != frozen and self.running() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
     def wait_exit(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -112,12 +112,14 @@ def test_sigkilled_pytest_leaves_nothing_after_the_next_run(tmp_path):
     """))
     (tmp_path / "test_nothing.py").write_text("def test_nothing():\n    pass\n")
     pytest_cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    out = open(tmp_path / "victim.log", "wb")
     victim = subprocess.Popen([*pytest_cmd, "test_sleepy.py"], cwd=tmp_path,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              stdout=out, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 180
         while not (tmp_path / "started").exists():
-            assert victim.poll() is None, "the victim pytest exited early"
+            assert victim.poll() is None, ("the victim pytest exited early:\n"
+                                           + (tmp_path / "victim.log").read_text()[-3000:])
             assert time.monotonic() < deadline, "the victim never started its cluster"
             time.sleep(0.5)
         name = (tmp_path / "started").read_text()
