@@ -30,7 +30,7 @@ class RemoteReplica:
     """The leader's view of a follower (seed 000 Replica with isLocal=false)."""
 
     __slots__ = ("broker_id", "leo", "last_caught_up_ms", "last_fetch_ms",
-                 "last_fetch_leader_leo")
+                 "last_fetch_leader_leo", "fetches")
 
     def __init__(self, broker_id: int, now_ms: int):
         self.broker_id = broker_id
@@ -39,6 +39,18 @@ class RemoteReplica:
         self.last_caught_up_ms = now_ms
         self.last_fetch_ms = now_ms
         self.last_fetch_leader_leo = -1
+        # Fetches seen since this leader state began (the last LeaderAndIsr).
+        # The first may have been sent before it: by a follower that the
+        # controller has since taken out of the ISR and told to stop (a
+        # controlled shutdown) or that has died. Only a later one shows that
+        # it follows, so only a later one can bring it (back) into the ISR;
+        # otherwise acks=all writes would wait for a replica that is gone
+        # until replica.lag.time.max.ms.
+        self.fetches = 0
+
+    @property
+    def may_join_isr(self) -> bool:
+        return self.fetches >= 2 and self.leo >= 0
 
 
 class Partition:
@@ -236,6 +248,7 @@ class Partition:
             return False
         leader_leo = self.leo
         r.leo = fetch_offset
+        r.fetches += 1
         if fetch_offset >= leader_leo:
             r.last_caught_up_ms = now_ms
         elif fetch_offset >= r.last_fetch_leader_leo >= 0:
@@ -246,13 +259,14 @@ class Partition:
         if replica_id in self.isr:
             self.maybe_advance_hw()
             return False
-        return fetch_offset >= self.hw
+        return r.may_join_isr and fetch_offset >= self.hw
 
     def expanded_isr(self) -> frozenset[int] | None:
-        """The ISR plus every assigned follower that has caught up to the HW."""
+        """The ISR plus every assigned follower that has caught up to the HW
+        (and fetched more than once under this leader state)."""
         add = {r.broker_id for r in self.remotes.values()
                if r.broker_id not in self.isr and r.broker_id in self.replicas
-               and r.leo >= self.hw and r.leo >= 0}
+               and r.leo >= self.hw and r.may_join_isr}
         return self.isr | add if add else None
 
     def shrunk_isr(self, now_ms: int, lag_ms: int, lag_messages: int) -> frozenset[int] | None:

@@ -1,0 +1,55 @@
+"""The leader's ISR expansion against a real log, without processes: a
+follower joins (or rejoins) the ISR only on a fetch after its first one
+under the current leader state, because the first may have been sent before
+the LeaderAndIsr that took it out (it was told to stop, or it died)."""
+from __future__ import annotations
+
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from cluster.config import BrokerConfig
+from cluster.log import Log, LogConfig
+from cluster.server.partition import Partition
+
+
+def _records(count: int) -> bytes:
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                  producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                  batch_size=1 << 20)
+    for i in range(count):
+        b.append(i, timestamp=1000 + i, key=None, value=b"v", headers=[])
+    return bytes(b.build())
+
+
+def _leader(tmp_path, isr) -> Partition:
+    cfg = BrokerConfig.from_dict({"broker.id": 1})
+    p = Partition("t", 0, Log(tmp_path / "t-0", LogConfig.from_broker_config(cfg)), 1, 0)
+    p.make_leader((1, 2, 3), isr, leader_epoch=0, zk_version=0, controller_epoch=1, now_ms=0)
+    p.log.append_as_leader(_records(10), 0)
+    return p
+
+
+def test_caught_up_follower_joins_on_its_second_fetch(tmp_path):
+    p = _leader(tmp_path, (1, 2))
+    assert p.record_follower_fetch(2, 10, 10) is False  # in the ISR: HW advances
+    assert p.hw == 10
+    assert p.record_follower_fetch(3, 10, 20) is False  # first fetch: maybe a stale one
+    assert p.expanded_isr() is None
+    assert p.record_follower_fetch(3, 10, 30) is True
+    assert p.expanded_isr() == {1, 2, 3}
+
+
+def test_stale_fetch_after_the_controller_took_a_follower_out_does_not_put_it_back(tmp_path):
+    p = _leader(tmp_path, (1, 2, 3))
+    for t, b in ((10, 2), (11, 3), (20, 2), (21, 3)):
+        p.record_follower_fetch(b, 10, t)
+    assert p.hw == 10
+    # Controlled shutdown of broker 3: the controller takes it out of the ISR
+    # (leader epoch + 1) and tells it to stop; a fetch it sent before arrives.
+    p.make_leader((1, 2, 3), (1, 2), leader_epoch=1, zk_version=1, controller_epoch=1, now_ms=30)
+    assert p.record_follower_fetch(3, 10, 40) is False
+    # Another follower's fetch does not pull it in either.
+    p.make_leader((1, 2, 3), (1,), leader_epoch=2, zk_version=2, controller_epoch=1, now_ms=50)
+    p.record_follower_fetch(3, 10, 60)
+    p.record_follower_fetch(2, 10, 61)
+    assert p.record_follower_fetch(2, 10, 62) is True
+    assert p.expanded_isr() == {1, 2}
