@@ -35,6 +35,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help=f"instances listed per anomaly type in summary.json (default {DEFAULT_MAX_INSTANCES}; "
                         "0 = all)")
     p.add_argument("--no-report", action="store_true", help="only summary.json")
+    p.add_argument("--progress", action="store_true", help="show Spark's console progress bars")
     p.set_defaults(func=run)
     return p
 
@@ -44,7 +45,12 @@ def run(args) -> int:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # open_run's warnings are printed below, once
-            verdicts = analyze(args.run_dirs, out=args.out, master=args.master,
+            spark = None
+            if args.checker == "spark" and getattr(args, "progress", False):
+                from reports.spark_checker import get_spark
+
+                spark = get_spark(args.master, progress=True)
+            verdicts = analyze(args.run_dirs, out=args.out, master=args.master, spark=spark,
                                checker=args.checker, max_instances=cap, report=not args.no_report)
     except Exception as e:  # a Spark or I/O failure: still an error exit, with the reason
         print(f"error: {e}", file=sys.stderr)

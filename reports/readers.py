@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Iterator
 
 from reports.errors import HistoryError, HistoryWarning
-from reports.schema import FORMAT_VERSION, MSG_NOT_JSON, event_problem, normalize_event
+from reports.schema import FIELDS, FORMAT_VERSION, MSG_NOT_JSON, event_problem, normalize_event
 
 HISTORY_FILE = "history.jsonl"
 HISTORY_DIR = "history"
@@ -157,6 +157,8 @@ def open_run(run_dir) -> RunInput:
         raise HistoryError(run_dir, None, f"no {HISTORY_FILE} and no {HISTORY_DIR}/ part files")
     run = RunInput(run_dir, meta, str(meta.get("run") or run_dir.name), files)
     for hf in files:
+        if hf.kind == "parquet":
+            _check_parquet_schema(hf.path)
         if hf.kind == "jsonl":
             hf.truncated_tail = _truncated_tail(hf.path)
             if hf.truncated_tail is not None:
@@ -168,6 +170,44 @@ def open_run(run_dir) -> RunInput:
                 run.warnings.append(msg)
                 warnings.warn(msg, HistoryWarning, stacklevel=2)
     return run
+
+
+def _check_parquet_schema(path: Path) -> None:
+    """Read a part file's footer and check its column types against the format.
+
+    Spark refuses to narrow or convert types when reading with the explicit
+    schema, and says so cryptically; better to name the file and column here.
+    """
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        schema = pq.read_schema(path)
+    except Exception as e:
+        raise HistoryError(path, None, f"not a readable Parquet file: {e}") from None
+
+    def integer(t, bits):
+        return pa.types.is_signed_integer(t) and t.bit_width <= bits
+
+    def string(t):
+        return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+    def listof(t, ok):
+        return (pa.types.is_list(t) or pa.types.is_large_list(t)) and ok(t.value_type)
+
+    allowed = {
+        "long": lambda t: integer(t, 64),
+        "int": lambda t: integer(t, 32),
+        "string": string,
+        "bool": pa.types.is_boolean,
+        "records": lambda t: listof(t, lambda u: listof(u, lambda v: integer(v, 64))),
+        "strings": lambda t: listof(t, string),
+    }
+    for name, kind in FIELDS:
+        if name in schema.names:
+            t = schema.field(name).type
+            if not pa.types.is_null(t) and not allowed[kind](t):
+                raise HistoryError(path, None, f"column '{name}' is {t}; history-format.md makes it {kind}")
 
 
 # --------------------------------------------------------------------------

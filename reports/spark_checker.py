@@ -84,6 +84,9 @@ DEFAULT_CONF = {
     "spark.sql.adaptive.enabled": "false",
     "spark.sql.session.timeZone": "UTC",
     "spark.log.level": "WARN",
+    # Input splits small enough that both cores read (a 150 MB history.jsonl is
+    # otherwise one 128 MB task and a small one).
+    "spark.sql.files.maxPartitionBytes": "32m",
     # Spark 4's per-row shuffle checksum costs a few percent and buys nothing here.
     "spark.sql.shuffle.orderIndependentChecksum.enabled": "false",
 }
@@ -106,11 +109,6 @@ def get_spark(master: str | None = None, conf: dict | None = None, progress: boo
     for k, v in settings.items():
         builder = builder.config(k, v)
     return builder.getOrCreate()
-
-
-def _path_key(p: str) -> str:
-    """A file's path as Spark's `_metadata.file_path` spells it, minus the scheme."""
-    return re.sub(r"^file:/+", "/", p)
 
 
 def _code(col, codes: dict):
@@ -178,11 +176,13 @@ class SparkChecker:
 
     # ------------------------------------------------------------------ input
 
-    def _qualified(self, path) -> str:
+    def _uris(self, path) -> set[str]:
+        """The ways Spark's `_metadata.file_path` may spell a file."""
         jvm = self.spark._jvm
         p = jvm.org.apache.hadoop.fs.Path(str(path))
         fs = p.getFileSystem(self.spark._jsc.hadoopConfiguration())
-        return _path_key(fs.makeQualified(p).toUri().toString())
+        uri = fs.makeQualified(p).toUri().toString()
+        return {uri, re.sub(r"^file:/+", "file:/", uri), re.sub(r"^file:/+", "file:///", uri)}
 
     def _read_events(self, files: list[tuple[int, object]]):
         """All files' events, explicitly typed, with `run` (the batch key), `file_id` and codes.
@@ -192,8 +192,11 @@ class SparkChecker:
         from pyspark.sql import functions as F
 
         spark, c = self.spark, F.col
+        # Spark names a file by a URI (file:/x for local files, file:///x from
+        # Hadoop's qualification): the mapping lists both spellings, so the
+        # per-row join needs no string rewriting.
         mapping = spark.createDataFrame(
-            [(self._qualified(hf.path), k, i) for i, (k, hf) in enumerate(files)],
+            [(uri, k, i) for i, (k, hf) in enumerate(files) for uri in self._uris(hf.path)],
             "file string, run int, file_id int",
         )
         frames = []
@@ -216,7 +219,6 @@ class SparkChecker:
                 .withColumn("file", c("_metadata.file_path"))
             )
         ev = reduce(lambda a, b: a.unionByName(b), frames)
-        ev = ev.withColumn("file", F.regexp_replace("file", r"^file:/+", "/"))
         ev = ev.join(F.broadcast(mapping), "file")
         # A line cut by a crash (no newline, not JSON) was warned about by open_run: drop it.
         for i, (_k, hf) in enumerate(files):
@@ -278,7 +280,10 @@ class SparkChecker:
             k, hf = files[file_id]
             if not problems[file_id] or k in errors:
                 continue
-            err = first_problem(hf)
+            try:
+                err = first_problem(hf)
+            except HistoryError as e:  # e.g. an unreadable part file
+                err = e
             if err is None:  # the two readers disagree: still name the file
                 example = (
                     ev.filter((F.col("file_id") == file_id) & F.col("problem").isNotNull())
@@ -370,9 +375,7 @@ class SparkChecker:
             findings[k] = f
 
         self._nemesis(findings)
-        tp_rows = self._partitions(findings)
-        self._timeline(findings)
-        self._latency(findings)
+        tp_rows = self._op_statistics(findings)
         self._errors_and_windows(findings)
         self._value_anomalies(findings, tp_rows)
         offsets = self._offset_anomalies(findings)
@@ -402,8 +405,14 @@ class SparkChecker:
         for k, f in findings.items():
             f.windows = fault_windows(per_run[k], f.end_time)
 
-    def _partitions(self, findings):
-        """Per topic-partition: counts by outcome, furthest offsets, final-read completeness."""
+    def _op_statistics(self, findings):
+        """Counts, latency and final reads: one job, three groupings of the ops.
+
+        (run, topic-partition): counts by outcome, furthest offsets, final-read
+        completeness; (run, second of completion): the timeline; (run,
+        function): latency percentiles of ok ops. Grouping sets let Spark
+        derive the ops once for all three.
+        """
         from pyspark.sql import functions as F
 
         c = F.col
@@ -414,17 +423,26 @@ class SparkChecker:
             ((c("rec_n") > 0) & (c("rec_max") >= c("hw") - 1))
             | ((c("rec_n") == 0) & ((c("hw") == 0) | (c("position") == c("hw"))))
         )
+        lat = F.when(ok & c("inv_time").isNotNull(), c("comp_time") - c("inv_time"))
 
         def n(cond):
             return F.sum(F.when(cond, 1).otherwise(0))
 
-        outcome_counts = []
+        counts = []
         for fn, is_f in (("send", send), ("poll", poll)):
             for code, name in OUTCOMES.items():
-                outcome_counts.append(n(is_f & (c("outcome") == code)).alias(f"{fn}_{name}"))
-            outcome_counts.append(n(is_f & c("outcome").isNull()).alias(f"{fn}_pending"))
+                counts.append(n(is_f & (c("outcome") == code)).alias(f"{fn}_{name}"))
+            counts.append(n(is_f & c("outcome").isNull()).alias(f"{fn}_pending"))
+            counts.append(
+                F.percentile_approx(F.when(is_f, lat), [p for p, _ in PERCENTILES], PERCENTILE_ACCURACY)
+                .alias(f"{fn}_pct")
+            )
         rows = self._collect(
-            self.ops.groupBy("run", "tp").agg(
+            self.ops.withColumn("second", F.expr(f"comp_time div {NS_PER_SECOND}"))
+            .groupingSets([["run", "tp"], ["run", "second"], ["run", "fn"]], "run", "tp", "second", "fn")
+            .agg(
+                F.grouping("tp").alias("g_tp"),
+                F.grouping("second").alias("g_second"),
                 n(send).alias("sends"),
                 n(send & ok).alias("acknowledged"),
                 n(poll).alias("polls"),
@@ -434,87 +452,58 @@ class SparkChecker:
                 n(final_ok).alias("final_polls"),
                 F.max(complete.cast("int")).alias("final_complete"),
                 F.max(F.when(final_ok, c("hw"))).alias("final_high_watermark"),
-                *outcome_counts,
+                F.count(lat).alias("lat_count"),
+                F.max(lat).alias("lat_max"),
+                *counts,
             ),
-            "ops and partitions",
+            "ops: counts, timeline, latency, final reads",
         )
-        per_run = defaultdict(list)
-        for r in rows:
-            d = r.asDict()
-            f = findings[d.pop("run")]
-            for fn in CLIENT_FUNCTIONS:
-                for o in ("ok", "fail", "info", "pending"):
-                    f.counts[fn][o] += d.pop(f"{fn}_{o}")
-            f.counts["acknowledged"] += d["acknowledged"]
-            f.counts["records"] += d["records"]
-            _run, topic, partition = self.tps[d.pop("tp")]
-            per_run[r.run].append({"topic": topic, "partition": partition, **d,
-                                   "final_complete": bool(d["final_complete"])})
-        for k, f in findings.items():
-            f.partitions = sorted(per_run[k], key=lambda p: (p["topic"], p["partition"]))
-        return rows
-
-    def _timeline(self, findings):
-        """Per second of completion: outcomes, availability, p50/p99 latency of ok ops."""
-        from pyspark.sql import functions as F
-
-        c = F.col
-        lat = c("comp_time") - c("inv_time")
-        aggs = []
-        for fn, code_f in (("send", F_SEND), ("poll", F_POLL)):
-            is_f = c("fn") == code_f
-            for code, name in OUTCOMES.items():
-                aggs.append(F.sum(F.when(is_f & (c("outcome") == code), 1).otherwise(0)).alias(f"{fn}_{name}"))
-            aggs.append(
-                F.percentile_approx(F.when(is_f & (c("outcome") == T_OK), lat), [0.5, 0.99],
-                                    PERCENTILE_ACCURACY).alias(f"{fn}_pct")
-            )
-        rows = self._collect(
-            self.ops.filter(c("outcome").isNotNull())
-            .withColumn("second", F.expr(f"comp_time div {NS_PER_SECOND}"))
-            .groupBy("run", "second")
-            .agg(*aggs),
-            "timeline",
-        )
-        per_run = defaultdict(list)
-        for r in rows:
-            row = {"second": r.second}
-            for fn in CLIENT_FUNCTIONS:
-                for name in ("ok", "fail", "info"):
-                    row[f"{fn}_{name}"] = r[f"{fn}_{name}"]
-                pct = r[f"{fn}_pct"]
-                row[f"{fn}_p50_ns"] = pct[0] if pct else None
-                row[f"{fn}_p99_ns"] = pct[1] if pct else None
-            done = row["send_ok"] + row["send_fail"] + row["send_info"]
-            row["availability"] = None if done == 0 else row["send_ok"] / done
-            per_run[r.run].append(row)
-        for k, f in findings.items():
-            f.timeline = sorted(per_run[k], key=lambda r: r["second"])
-
-    def _latency(self, findings):
-        from pyspark.sql import functions as F
-
-        c = F.col
-        lat = c("comp_time") - c("inv_time")
-        rows = self._collect(
-            self.ops.filter((c("outcome") == T_OK) & c("inv_time").isNotNull())
-            .groupBy("run", "fn")
-            .agg(
-                F.count(F.lit(1)).alias("count"),
-                F.percentile_approx(lat, [p for p, _ in PERCENTILES], PERCENTILE_ACCURACY).alias("pct"),
-                F.max(lat).alias("max"),
-            ),
-            "latency",
-        )
+        per_run, timeline = defaultdict(list), defaultdict(list)
         empty = {"count": 0, **{name: None for _, name in PERCENTILES}, "max_ns": None}
         for f in findings.values():
             f.latency = {fn: dict(empty) for fn in CLIENT_FUNCTIONS}
+        tp_rows = []
         for r in rows:
-            d = {"count": r["count"]}
-            for (_, name), v in zip(PERCENTILES, r.pct):
-                d[name] = v
-            d["max_ns"] = r["max"]
-            findings[r.run].latency[F_NAMES[r.fn]] = d
+            f = findings[r.run]
+            if r.g_tp == 0:  # per topic-partition
+                tp_rows.append(r)
+                for fn in CLIENT_FUNCTIONS:
+                    for o in ("ok", "fail", "info", "pending"):
+                        f.counts[fn][o] += r[f"{fn}_{o}"]
+                f.counts["acknowledged"] += r.acknowledged
+                f.counts["records"] += r.records
+                _run, topic, partition = self.tps[r.tp]
+                per_run[r.run].append({
+                    "topic": topic, "partition": partition,
+                    **{k: r[k] for k in ("sends", "acknowledged", "polls", "records", "max_ack_offset",
+                                         "max_read_offset", "final_polls")},
+                    "final_complete": bool(r.final_complete),
+                    "final_high_watermark": r.final_high_watermark,
+                })
+            elif r.g_second == 0:  # per second of completion
+                if r.second is None:
+                    continue  # ops never completed
+                row = {"second": r.second}
+                for fn in CLIENT_FUNCTIONS:
+                    for name in ("ok", "fail", "info"):
+                        row[f"{fn}_{name}"] = r[f"{fn}_{name}"]
+                    pct = r[f"{fn}_pct"]
+                    row[f"{fn}_p50_ns"] = pct[0] if pct else None
+                    row[f"{fn}_p99_ns"] = pct[2] if pct else None
+                done = row["send_ok"] + row["send_fail"] + row["send_info"]
+                row["availability"] = None if done == 0 else row["send_ok"] / done
+                timeline[r.run].append(row)
+            elif r.lat_count:  # per function: latency of ok ops
+                fn = F_NAMES[r.fn]
+                d = {"count": r.lat_count}
+                for (_, name), v in zip(PERCENTILES, r[f"{fn}_pct"]):
+                    d[name] = v
+                d["max_ns"] = r.lat_max
+                f.latency[fn] = d
+        for k, f in findings.items():
+            f.partitions = sorted(per_run[k], key=lambda p: (p["topic"], p["partition"]))
+            f.timeline = sorted(timeline[k], key=lambda r: r["second"])
+        return tp_rows
 
     def _errors_and_windows(self, findings):
         """Errors by kind over the run, and outcomes and errors inside each fault window.
@@ -527,7 +516,8 @@ class SparkChecker:
 
         c = F.col
         comps = self.ev.filter(c("fn").isin(F_SEND, F_POLL) & (c("t") > T_INVOKE)).select(
-            "run", "fn", "t", F.coalesce(c("error"), F.lit("unknown")).alias("error"), "time"
+            "run", "fn", "t", "time",
+            F.when(c("t") != T_OK, F.coalesce(c("error"), F.lit("unknown"))).alias("error"),
         )
         overall = (
             comps.filter(c("t") != T_OK)
@@ -553,7 +543,6 @@ class SparkChecker:
                     (c("run") == c("wrun")) & (c("second") == c("wsecond"))
                     & (c("time") >= c("start")) & (c("time") <= c("stop")),
                 )
-                .withColumn("error", F.when(c("t") == T_OK, F.lit(None)).otherwise(c("error")))
                 .groupBy("run", "fn", "t", "error", "window")
                 .count()
             )
@@ -763,48 +752,55 @@ class SparkChecker:
         with no re-seek between them must increase by exactly one, unless no
         read or acknowledgement shows a value strictly between them.
 
-        Two window functions over (partition, process) ordered by index (and
-        position within a poll), sharing one sort: the last record before each
-        row (its offset and op), then whether a re-seek came after it (the last
-        "marker" before a record: 1 = a record, 2 = a re-seeking invocation).
+        Window functions over (partition, process) ordered by index (and
+        position within a poll), all sharing one sort: the last record before
+        each row (its offset and its op), then whether a re-seek came after it
+        (the last "marker" before a record: 1 = a record, 2 = a re-seeking
+        invocation).
         """
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
         c = F.col
-        no_rec = F.lit(None).cast("struct<offset:long,op:long>")
-        invokes = self.ev.filter((c("fn") == F_POLL) & (c("t") == T_INVOKE)).select(
+        none = F.lit(None).cast("long")
+        # An invocation without a position continues where the consumer is: it
+        # can never be a re-seek, and leaving it out changes nothing below.
+        invokes = self.ev.filter(
+            (c("fn") == F_POLL) & (c("t") == T_INVOKE) & c("offset").isNotNull()
+        ).select(
             "run", "tp", "process", "op", "time", c("index").alias("ord"), F.lit(-1).alias("pos"),
-            c("offset").alias("position"), no_rec.alias("rec"),
+            c("offset").alias("position"), none.alias("returned"),
         )
         records = self.reads.select(
             "run", "tp", "process", "op", "time", c("index").alias("ord"), "pos",
-            F.lit(None).cast("long").alias("position"), F.struct(c("offset"), c("op")).alias("rec"),
+            none.alias("position"), c("offset").alias("returned"),
         )
         w = Window.partitionBy("tp", "process").orderBy("ord", "pos")
         before = w.rowsBetween(Window.unboundedPreceding, -1)
-        seq = invokes.unionByName(records).withColumn(
-            "prev", F.last("rec", ignorenulls=True).over(before)
+        is_rec = c("returned").isNotNull()
+        seq = (
+            invokes.unionByName(records)
+            .withColumn("previous", F.last("returned", ignorenulls=True).over(before))
+            .withColumn("previous_op", F.last(F.when(is_rec, c("op")), ignorenulls=True).over(before))
         )
-        reseek = c("position").isNotNull() & c("prev").isNotNull() & (
-            c("position") != c("prev.offset") + 1
+        reseek = c("position").isNotNull() & c("previous").isNotNull() & (
+            c("position") != c("previous") + 1
         )
-        seq = seq.withColumn("marker", F.when(c("rec").isNotNull(), 1).when(reseek, 2)).withColumn(
+        seq = seq.withColumn("marker", F.when(is_rec, 1).when(reseek, 2)).withColumn(
             "last_marker", F.last("marker", ignorenulls=True).over(before)
         )
-        chained = c("rec").isNotNull() & c("prev").isNotNull() & (c("last_marker") == 1)
+        chained = is_rec & c("previous").isNotNull() & (c("last_marker") == 1)
         flagged = (
             seq.withColumn(
                 "kind",
-                F.when(chained & (c("rec.offset") <= c("prev.offset")), "nonmonotonic-poll").when(
-                    chained & (c("rec.offset") > c("prev.offset") + 1), "gap"
+                F.when(chained & (c("returned") <= c("previous")), "nonmonotonic-poll").when(
+                    chained & (c("returned") > c("previous") + 1), "gap"
                 ),
             )
             .filter(c("kind").isNotNull())
             .select(
-                "run", "tp", "process", c("rec.offset").alias("offset"),
-                c("prev.offset").alias("previous"), "op", c("prev.op").alias("previous_op"),
-                c("ord").alias("index"), "time", "kind",
+                "run", "tp", "process", c("returned").alias("offset"), "previous", "op",
+                "previous_op", c("ord").alias("index"), "time", "kind",
             )
         )
         flagged = self._persist(flagged)

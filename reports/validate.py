@@ -31,7 +31,6 @@ import argparse
 import heapq
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 from reports.errors import HistoryError
 from reports.readers import RunInput, iter_raw, open_run

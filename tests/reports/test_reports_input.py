@@ -179,3 +179,17 @@ def test_out_of_order_history_is_an_error(tmp_path):
     with pytest.raises(HistoryError, match="index order") as e:
         reference.check(d)
     assert e.value.line == 4
+
+
+def test_parquet_column_of_the_wrong_type_names_file_and_column(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    d = write_run(tmp_path / "pq", small_history(), run_json(run="pq"), fmt="parquet", parts=1)
+    part = d / "history" / "part-00000.parquet"
+    table = pq.read_table(part)
+    i = table.schema.get_field_index("partition")
+    table = table.set_column(i, "partition", table.column("partition").cast(pa.int64()))
+    pq.write_table(table, part)
+    with pytest.raises(HistoryError, match=r"part-00000.parquet: column 'partition' is int64"):
+        open_run(d)

@@ -144,3 +144,11 @@ def test_python_dash_m_and_script_entry_points(runs, tmp_path):
     r = subprocess.run([sys.executable, "-m", "reports", "validate", str(runs["valid"])],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_print_verdict_for_the_harness(runs, tmp_path, capsys):
+    """harness/run.py prints a run's verdict with reports.cli.print_verdict."""
+    [v] = analyze([runs["invalid"]], out=tmp_path, checker="reference")
+    cli.print_verdict(v)
+    out = capsys.readouterr().out
+    assert "INVALID" in out and "report:" in out and str(v.report_path) in out

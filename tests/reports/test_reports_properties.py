@@ -10,6 +10,7 @@ Spark jobs), so its example count stays small.
 
 from __future__ import annotations
 
+import random
 import tempfile
 
 from hypothesis import HealthCheck, Phase, given, settings
@@ -56,8 +57,11 @@ def test_reference_incomplete_final_reads_never_valid(rng):
         assert not s["fatal"]
 
 
+# A seed rather than st.randoms(): twelve simulations drawing lazily from one
+# hypothesis buffer overrun it and get retried; a failing batch still names
+# its seeds, which replay exactly.
 one_run = st.tuples(
-    st.randoms(use_true_random=False),  # drives the simulation
+    st.integers(0, 2**32 - 1),  # seeds the simulation
     injections,
     st.booleans(),  # idempotent producer
     st.sampled_from(["complete", "complete", "incomplete", "messy"]),
@@ -65,16 +69,17 @@ one_run = st.tuples(
 )
 
 
-@settings(max_examples=2, deadline=None, phases=[Phase.explicit, Phase.generate],
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=3, deadline=None, phases=[Phase.explicit, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow])
 @given(batch=st.lists(one_run, min_size=12, max_size=12))
 def test_spark_equals_reference_and_the_injected(spark, tmp_path_factory, batch):
     from reports import spark_checker
 
     root = tmp_path_factory.mktemp("batch")
     dirs, sims = [], []
-    for i, (rng, inject, idempotent, kind, fmt) in enumerate(batch):
-        sim = SimulatedRun(rng, inject=inject, complete_final=kind != "incomplete").simulate()
+    for i, (seed, inject, idempotent, kind, fmt) in enumerate(batch):
+        sim = SimulatedRun(random.Random(seed), inject=inject,
+                           complete_final=kind != "incomplete").simulate()
         if kind == "messy":
             sim.mess_up(4)
         d = root / f"run-{i}"
