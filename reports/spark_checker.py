@@ -34,6 +34,8 @@ that list anomalies only run when the counts say there are some.
 
 from __future__ import annotations
 
+import os
+
 if __name__ == "__main__" and not __package__:
     # Run as a script (spark-submit): import the package, not this folder's modules.
     import os as _os
@@ -104,6 +106,12 @@ def get_spark(master: str | None = None, conf: dict | None = None, progress: boo
     if master:
         builder = builder.master(master)
     settings = {**DEFAULT_CONF, **(conf or {})}
+    if not master or master.startswith("local"):
+        # In local mode everything stays on loopback: no binding to, or
+        # advertising of, the machine's other addresses.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        settings.setdefault("spark.driver.host", "127.0.0.1")
+        settings.setdefault("spark.driver.bindAddress", "127.0.0.1")
     if progress:
         settings["spark.ui.showConsoleProgress"] = "true"
     for k, v in settings.items():
