@@ -42,6 +42,10 @@ from harness.history import (HistoryRecorder, HistoryStats, collect_logs, dump_z
                              new_run_id, write_run_json)
 
 
+# How long a schedule may run past its nominal end (broker restarts under load).
+SCHEDULE_OVERRUN_S = 120.0
+
+
 class _Run:
     """Per-test state shared by the three fixtures."""
 
@@ -142,10 +146,12 @@ class WorkloadRun:
 
     def finish(self, *, quiet: float = 5.0, final_timeout: float = 60.0, settle_s: float = 5.0) -> "WorkloadRun":
         run = self.run
-        for n in run.nemeses:   # let every schedule play to its end
+        for n in run.nemeses:
+            # Let every schedule play to its end: a step that restarts a broker
+            # can overrun the next step's start on a loaded machine, and its
+            # later steps must still run rather than be cancelled by the heal.
             remaining = n.t0 + n.schedule.duration_s - time.monotonic() if n.t0 else 0
-            if remaining > 0:
-                time.sleep(remaining)
+            n.join(timeout=max(0.0, remaining) + SCHEDULE_OVERRUN_S)
         run.heal()
         time.sleep(quiet)
         self.workload.stop()
