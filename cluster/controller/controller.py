@@ -465,15 +465,23 @@ class Controller:
         got = self._register_watches()
         # 3. read all state, pipelined
         ids = {int(b) for b in got["brokers"] if b.isdigit()}
-        self.ctx.live_brokers = self.store.read_brokers(ids)
+        registered: dict[int, int] = {}
+        self.ctx.live_brokers = self.store.read_brokers(ids, created=registered)
         assignments = self.store.read_assignments(got["topics"])
         for topic, (ta, version) in assignments.items():
             self.ctx.topic_versions[topic] = version
             for p, replicas in ta.partitions.items():
                 self.ctx.set_assignment((topic, p), replicas)
-        for tp, lai in self.store.read_leader_and_isr(list(self.ctx.assignments)).items():
+        written: dict[TP, int] = {}
+        for tp, lai in self.store.read_leader_and_isr(list(self.ctx.assignments),
+                                                      modified=written).items():
             if lai is not None:
                 self.ctx.leaders[tp] = lai
+        # Brokers that restarted while no controller watched: treated as dead
+        # until step 5 has moved their leaderships, then as new brokers.
+        restarted = self._restarted_unseen(registered, written)
+        for b in restarted:
+            self.ctx.live_brokers.pop(b)
         marked = set(self.zk.get_children(zkpaths.DELETE_TOPICS))
         self.ctx.topics_being_deleted = marked & self.ctx.topics
         self.reassigner.load_in_progress()
@@ -505,6 +513,14 @@ class Controller:
                 if b >= 0 and b not in live}
         if dead:
             self._on_broker_failure(dead)
+        if restarted:
+            log.info("controller %d: brokers %s restarted since their partitions' state was "
+                     "written: handled as bounced", self.broker_id, sorted(restarted))
+            self.sclog.record("brokers", note=f"restarted while no controller watched: {sorted(restarted)}")
+            for b, reg in restarted.items():
+                self.ctx.live_brokers[b] = reg
+                self.channels.add_broker(b, reg.host, reg.port)
+            self._on_broker_startup(set(restarted))
         # 6. leaders for leaderless partitions
         self.psm.trigger_online_state_change()
         # 7. resume reassignments
@@ -517,6 +533,27 @@ class Controller:
         log.info("controller %d: failover done in %.2fs (read state %.2fs): %d brokers, "
                  "%d topics, %d partitions", self.broker_id, time.monotonic() - t0, t_read,
                  len(self.ctx.live_brokers), len(self.ctx.topics), len(self.ctx.assignments))
+
+    def _restarted_unseen(self, registered: dict[int, int], written: dict[TP, int]
+                          ) -> dict[int, BrokerRegistration]:
+        """Live brokers registered after the last write of the leaderAndISR of
+        a partition they lead or are in the ISR of. A live controller writes
+        that state whenever such a broker dies (it leaves the ISR, loses its
+        leaderships), so these died and came back with no controller to see
+        it, e.g. while the controller's own broker was the one restarting.
+        Kept in place, a leader that restarted with a shorter log (disk loss)
+        would keep its leader epoch, and its followers would truncate to it.
+        Kafka closed this gap with broker epochs (KIP-380, the registration
+        znode's czxid); the same zxids are compared here."""
+        out: dict[int, BrokerRegistration] = {}
+        for tp, lai in self.ctx.leaders.items():
+            at = written.get(tp)
+            if at is None:
+                continue
+            for b in (lai.leader, *lai.isr):
+                if b in self.ctx.live_brokers and registered.get(b, -1) > at:
+                    out[b] = self.ctx.live_brokers[b]
+        return out
 
     def _send_init_batch(self) -> None:
         if self.channels is None:

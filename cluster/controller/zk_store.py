@@ -86,12 +86,17 @@ class ZkStore:
                     out[p] = []
         return out
 
-    def read_brokers(self, ids: Iterable[int]) -> dict[int, BrokerRegistration]:
+    def read_brokers(self, ids: Iterable[int], created: dict[int, int] | None = None
+                     ) -> dict[int, BrokerRegistration]:
+        """Live brokers' registrations; `created`, if given, gets each
+        registration's creation zxid (when that broker last started)."""
         got = self.get_many(zkpaths.broker_path(b) for b in ids)
         out = {}
         for path, v in got.items():
             if v is not None:
                 bid = int(path.rsplit("/", 1)[1])
+                if created is not None:
+                    created[bid] = v[1].czxid
                 try:
                     out[bid] = BrokerRegistration.decode(bid, v[0])
                 except (ValueError, KeyError, TypeError):
@@ -110,8 +115,9 @@ class ZkStore:
                 log.error("unreadable assignment of topic %s: %r", topic, v[0])
         return out
 
-    def read_leader_and_isr(self, tps: Iterable[TP], watch: Callable | None = None
-                            ) -> dict[TP, LeaderAndIsr | None]:
+    def read_leader_and_isr(self, tps: Iterable[TP], watch: Callable | None = None,
+                            modified: dict[TP, int] | None = None) -> dict[TP, LeaderAndIsr | None]:
+        """`modified`, if given, gets the zxid of each znode's last write."""
         tps = list(tps)
         got = self.get_many((zkpaths.leader_and_isr_path(t, p) for t, p in tps), watch=watch)
         out: dict[TP, LeaderAndIsr | None] = {}
@@ -120,6 +126,8 @@ class ZkStore:
             if v is None:
                 out[tp] = None
                 continue
+            if modified is not None:
+                modified[tp] = v[1].mzxid
             try:
                 out[tp] = LeaderAndIsr.decode(v[0], v[1].version)
             except (ValueError, KeyError, TypeError, AttributeError):
