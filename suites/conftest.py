@@ -1,0 +1,32 @@
+"""Chaos suites: the long variants (marked `slow`) are skipped unless asked for.
+
+The suites run in CI by default (the whole folder within ~15 minutes on a
+2-core machine). Longer variants of the same scenarios (the 60-second runs
+of issue 5, Kafka's five bounce rounds) carry `@pytest.mark.slow` and run
+with `--run-slow`, with `-m slow`, or with CHAOSLOG_RUN_SLOW=1.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_addoption(parser):
+    parser.addoption("--run-slow", action="store_true", default=False,
+                     help="chaoslog suites: also run the long variants (marked slow)")
+
+
+def pytest_collection_modifyitems(config, items):
+    markexpr = config.getoption("-m") or ""
+    if (config.getoption("--run-slow") or os.environ.get("CHAOSLOG_RUN_SLOW")
+            or ("slow" in markexpr and "not slow" not in markexpr)):
+        return
+    skip = pytest.mark.skip(reason="long variant of a chaos suite (marked slow): "
+                                   "run it with --run-slow, -m slow or CHAOSLOG_RUN_SLOW=1")
+    for item in items:
+        if "slow" in item.keywords and HERE in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(skip)

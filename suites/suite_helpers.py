@@ -1,0 +1,234 @@
+"""What the chaos suites share: watching ZooKeeper and the acknowledgements
+while a scenario runs, reading what a run recorded, reading replica logs.
+
+The suites drive scripted scenarios: a step often waits for the cluster to
+do something (the ISR to shrink, a new leader to be elected) before the next
+fault. `wait_for` polls such a condition and fails the test with a message
+that says which step did not happen, so a scenario that did not play out is
+never mistaken for a verdict.
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from cluster import zkpaths
+
+# The length of one fault run of test_suite_faults.py: issue 5 asks for 60 s
+# (the `slow` variant); the CI default keeps the whole suites/ folder within
+# its ~15 minutes on 2 cores (23 fault kinds x (10 s + ~6 s of set-up and
+# final reads)).
+SUITE_SECONDS = float(os.environ.get("CHAOSLOG_SUITE_SECONDS", "10"))
+# The cluster's ZooKeeper session timeout (ClusterSpec's default).
+SESSION_TIMEOUT_S = 6.0
+
+# The configuration every fix of the seed design's anomalies together: no
+# acks=all write acknowledged by fewer than two replicas, no election of an
+# out-of-sync replica, truncation by leader epochs (KIP-101/KIP-279).
+SAFE = {"min.insync.replicas": 2, "unclean.leader.election.enable": False,
+        "replication.truncation": "leader-epoch"}
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
+    """Poll until `predicate()` returns something truthy and return it; fail
+    with "`what` did not happen within N s" otherwise. A ZooKeeper hiccup
+    inside the predicate counts as "not yet"."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while True:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as e:  # noqa: BLE001 - retried until the deadline
+            last_error = e
+        if time.monotonic() >= deadline:
+            extra = f" (last error: {last_error!r})" if last_error else ""
+            raise AssertionError(f"{what} did not happen within {timeout:g} s{extra}")
+        time.sleep(interval)
+
+
+def broker(broker_id: int) -> str:
+    return f"broker-{broker_id}"
+
+
+def broker_id(name: str) -> int:
+    return int(name.rsplit("-", 1)[1])
+
+
+class ZkView:
+    """The ZooKeeper state the scenarios watch (seed layout, cluster.zkpaths)."""
+
+    def __init__(self, zk: Any):
+        self.zk = zk
+
+    def lai(self, topic: str = "t", partition: int = 0) -> zkpaths.LeaderAndIsr:
+        data, stat = self.zk.get(zkpaths.leader_and_isr_path(topic, partition))
+        return zkpaths.LeaderAndIsr.decode(data, stat.version)
+
+    def controller(self) -> int | None:
+        try:
+            data, _ = self.zk.get(zkpaths.CONTROLLER)
+        except Exception:  # noqa: BLE001 - NoNode: an election is under way
+            return None
+        d = zkpaths.loads(data) or {}
+        return int(d["brokerid"]) if "brokerid" in d else None
+
+    def registered(self) -> set[int]:
+        return {int(c) for c in self.zk.get_children(zkpaths.BROKER_IDS)}
+
+    def assignment(self, topic: str) -> dict[int, tuple[int, ...]]:
+        data, _ = self.zk.get(zkpaths.topic_path(topic))
+        return dict(zkpaths.TopicAssignment.decode(data).partitions)
+
+    def fully_replicated(self, topics: dict[str, int]) -> bool:
+        """Every partition of `topics` has a leader and all its replicas in the ISR."""
+        for t, n in topics.items():
+            plan = self.assignment(t)
+            for p in range(n):
+                lai = self.lai(t, p)
+                if lai.leader == zkpaths.NO_LEADER or set(lai.isr) != set(plan[p]):
+                    return False
+        return True
+
+
+@dataclass(frozen=True)
+class Ack:
+    time: int          # ns since the run started (the history's clock)
+    topic: str
+    partition: int
+    offset: int
+    value: int
+
+
+class AckWatch:
+    """Subscribed to the history recorder: every acknowledged send and every
+    send completion's error, with its time, as they happen."""
+
+    def __init__(self, recorder: Any):
+        self.recorder = recorder
+        self.acks: list[Ack] = []
+        self.errors: list[tuple[int, str, str]] = []   # (time, type, error)
+        recorder.subscribe(self)
+
+    def __call__(self, e: dict[str, Any]) -> None:  # runs under the recorder's lock: keep it cheap
+        if e["f"] != "send" or e["type"] == "invoke":
+            return
+        if e["type"] == "ok":
+            self.acks.append(Ack(e["time"], e["topic"], e["partition"], e["offset"], e["value"]))
+        elif e.get("error"):
+            self.errors.append((e["time"], e["type"], e["error"]))
+
+    def now(self) -> int:
+        return self.recorder.now()
+
+    def since(self, t: int, tp: tuple[str, int] | None = None, until: int | None = None) -> list[Ack]:
+        return [a for a in list(self.acks) if a.time >= t and (until is None or a.time < until)
+                and (tp is None or (a.topic, a.partition) == tp)]
+
+    def count(self, t: int = 0, tp: tuple[str, int] | None = None, until: int | None = None) -> int:
+        return len(self.since(t, tp, until))
+
+    def error_counts(self, t: int = 0, until: int | None = None) -> Counter:
+        return Counter(err for time_, _typ, err in list(self.errors)
+                       if time_ >= t and (until is None or time_ < until))
+
+    def wait_acks(self, n: int, since: int, timeout: float, what: str,
+                  tp: tuple[str, int] | None = None) -> list[Ack]:
+        return wait_for(lambda: len(self.since(since, tp)) >= n and self.since(since, tp), timeout,
+                        f"{n} acknowledged writes {what}")
+
+
+S = 1_000_000_000  # ns per second
+
+
+# -- reading a finished run ------------------------------------------------------
+
+def events(run_dir: Path) -> list[dict[str, Any]]:
+    with open(Path(run_dir) / "history.jsonl") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def ack_times(evs: Iterable[dict[str, Any]]) -> dict[int, tuple[int, int]]:
+    """value -> (time of its ok send, acknowledged offset)."""
+    return {e["value"]: (e["time"], e["offset"]) for e in evs
+            if e["f"] == "send" and e["type"] == "ok"}
+
+
+def reads(evs: Iterable[dict[str, Any]], topic: str = "t", partition: int = 0
+          ) -> list[tuple[int, int, int]]:
+    """(time, offset, value) of every record an ok poll returned."""
+    return [(e["time"], off, val) for e in evs
+            if e["f"] == "poll" and e["type"] == "ok" and e["topic"] == topic
+            and e["partition"] == partition for off, val in e.get("records") or []]
+
+
+def anomaly_counts(summary: dict[str, Any]) -> dict[str, int]:
+    return {k: len(v) for k, v in summary["anomalies"].items() if v}
+
+
+def describe(summary: dict[str, Any]) -> str:
+    """One line for assertion messages: verdict, counts, anomalies."""
+    c = summary.get("counts", {})
+    return (f"valid={summary.get('valid')} sends={c.get('send')} acknowledged={c.get('acknowledged')} "
+            f"read={c.get('read')} anomalies={anomaly_counts(summary)}")
+
+
+# -- replica logs ------------------------------------------------------------------
+
+_BATCH_HEAD = struct.Struct(">qi")
+
+
+def replica_log(data_dir: Path, topic: str, partition: int) -> dict[int, int]:
+    """offset -> value of one replica's log, read from its segment files
+    (RecordBatch v2; values are the workload's decimal integers). Reads
+    whole batches only: a batch being written at the tail is left out.
+    The broker may be running; nothing is written."""
+    import warnings
+    with warnings.catch_warnings():  # kafka-python's importlib.resources deprecations
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka.record.default_records import DefaultRecordBatch
+
+    d = Path(data_dir) / "logs" / f"{topic}-{partition}"
+    if not d.is_dir():
+        d = Path(data_dir) / f"{topic}-{partition}"
+    out: dict[int, int] = {}
+    for seg in sorted(d.glob("*.log")):
+        data = seg.read_bytes()
+        pos = 0
+        while pos + 12 <= len(data):
+            _base, length = _BATCH_HEAD.unpack_from(data, pos)
+            end = pos + 12 + length
+            if length <= 0 or end > len(data):
+                break
+            for rec in DefaultRecordBatch(data[pos:end]):
+                out[rec.offset] = int(rec.value)
+            pos = end
+    return out
+
+
+def divergence(a: dict[int, int], b: dict[int, int]) -> list[tuple[int, int, int]]:
+    """(offset, value in a, value in b) where both logs hold the offset with different values."""
+    return [(o, a[o], b[o]) for o in sorted(set(a) & set(b)) if a[o] != b[o]]
+
+
+def fault_window(evs: Iterable[dict[str, Any]], fault: str) -> tuple[int, int, list[str]]:
+    """(start time, stop time, targets) of the first window of `fault` in a history."""
+    start = stop = None
+    targets: list[str] = []
+    for e in evs:
+        if e["f"] != "nemesis" or e["fault"] != fault:
+            continue
+        if e["phase"] == "start" and start is None:
+            start, targets = e["time"], e["targets"]
+        elif e["phase"] == "stop" and start is not None and stop is None:
+            stop = e["time"]
+    if start is None or stop is None:
+        raise AssertionError(f"no complete {fault} window in the history")
+    return start, stop, targets
