@@ -16,6 +16,10 @@ after kazoo connects again the controller re-runs the election. Every
 ZooKeeper write of an active controller also checks the version of
 /controller_epoch it wrote, so a zombie cannot change anything in ZooKeeper,
 and brokers reject its requests by epoch.
+
+Not in the seed (from later Kafka): at failover, brokers that restarted while
+no controller watched are handled as bounced (KIP-380's broker epochs; see
+_restarted_unseen).
 """
 from __future__ import annotations
 
