@@ -17,9 +17,9 @@ ZooKeeper write of an active controller also checks the version of
 /controller_epoch it wrote, so a zombie cannot change anything in ZooKeeper,
 and brokers reject its requests by epoch.
 
-Not in the seed (from later Kafka): at failover, brokers that restarted while
-no controller watched are handled as bounced (KIP-380's broker epochs; see
-_restarted_unseen).
+Not in the seed (after later Kafka): at failover, a leader that restarted
+while no controller watched loses its leadership to an ISR member that did
+not (KIP-380's broker epochs; see _move_leaders_restarted_unseen).
 """
 from __future__ import annotations
 
@@ -94,6 +94,8 @@ class Controller:
         self.reassigner = Reassigner(self)
         self.channels: ChannelManager | None = None
         self.unclean = bool(config["unclean.leader.election.enable"])
+        # partition -> its ISR members that restarted unseen, during failover step 3b
+        self._restarted_members: dict[TP, set[int]] = {}
 
         self._queue: deque[ev.ControllerEvent] = deque()
         self._cond = threading.Condition()
@@ -481,11 +483,6 @@ class Controller:
                                                       modified=written).items():
             if lai is not None:
                 self.ctx.leaders[tp] = lai
-        # Brokers that restarted while no controller watched: treated as dead
-        # until step 5 has moved their leaderships, then as new brokers.
-        restarted = self._restarted_unseen(registered, written)
-        for b in restarted:
-            self.ctx.live_brokers.pop(b)
         marked = set(self.zk.get_children(zkpaths.DELETE_TOPICS))
         self.ctx.topics_being_deleted = marked & self.ctx.topics
         self.reassigner.load_in_progress()
@@ -497,6 +494,8 @@ class Controller:
         self.psm.initialize()
         self.rsm.initialize()
         t_read = time.monotonic() - t0
+        # 3b. (not in the seed) leaders that restarted while no controller watched
+        self._move_leaders_restarted_unseen(registered, written)
         # 4. LeaderAndIsr with INIT to every live broker (all its partitions),
         #    and the full metadata to everyone; sent as its own batch
         self.batch.init = True
@@ -517,14 +516,6 @@ class Controller:
                 if b >= 0 and b not in live}
         if dead:
             self._on_broker_failure(dead)
-        if restarted:
-            log.info("controller %d: brokers %s restarted since their partitions' state was "
-                     "written: handled as bounced", self.broker_id, sorted(restarted))
-            self.sclog.record("brokers", note=f"restarted while no controller watched: {sorted(restarted)}")
-            for b, reg in restarted.items():
-                self.ctx.live_brokers[b] = reg
-                self.channels.add_broker(b, reg.host, reg.port)
-            self._on_broker_startup(set(restarted))
         # 6. leaders for leaderless partitions
         self.psm.trigger_online_state_change()
         # 7. resume reassignments
@@ -538,26 +529,42 @@ class Controller:
                  "%d topics, %d partitions", self.broker_id, time.monotonic() - t0, t_read,
                  len(self.ctx.live_brokers), len(self.ctx.topics), len(self.ctx.assignments))
 
-    def _restarted_unseen(self, registered: dict[int, int], written: dict[TP, int]
-                          ) -> dict[int, BrokerRegistration]:
-        """Live brokers registered after the last write of the leaderAndISR of
-        a partition they lead or are in the ISR of. A live controller writes
-        that state whenever such a broker dies (it leaves the ISR, loses its
-        leaderships), so these died and came back with no controller to see
-        it, e.g. while the controller's own broker was the one restarting.
-        Kept in place, a leader that restarted with a shorter log (disk loss)
-        would keep its leader epoch, and its followers would truncate to it.
-        Kafka closed this gap with broker epochs (KIP-380, the registration
-        znode's czxid); the same zxids are compared here."""
-        out: dict[int, BrokerRegistration] = {}
+    def _move_leaders_restarted_unseen(self, registered: dict[int, int],
+                                       written: dict[TP, int]) -> None:
+        """A live controller sees every broker death and rewrites the
+        leaderAndISR of the partitions concerned (new leader, smaller ISR).
+        So an ISR member registered after that znode's last write died and
+        came back with no controller to see it, e.g. while its own broker
+        was the controller. Such a leader may be back with a shorter log
+        (disk loss); kept with its leader epoch, its followers would
+        truncate to it. Where another ISR member is live and did not
+        restart, it leads in a new epoch and the restarted members leave
+        the ISR (as in a controlled shutdown); they rejoin once caught up.
+        Otherwise nothing safer exists and the leader stays.
+
+        Kafka closed the gap for a watching controller with broker epochs
+        (KIP-380: the registration znode's czxid); the same zxids are
+        compared here, against the partition state's last write. Must run
+        before the INIT LeaderAndIsr, which then carries the new state."""
+        live = self.ctx.live_ids()
+        self._restarted_members = {}
         for tp, lai in self.ctx.leaders.items():
             at = written.get(tp)
-            if at is None:
+            if at is None or lai.leader not in live or tp[0] in self.ctx.topics_being_deleted:
                 continue
-            for b in (lai.leader, *lai.isr):
-                if b in self.ctx.live_brokers and registered.get(b, -1) > at:
-                    out[b] = self.ctx.live_brokers[b]
-        return out
+            back = {r for r in lai.isr if registered.get(r, -1) > at}
+            if lai.leader in back and any(r in live and r not in back for r in lai.isr):
+                self._restarted_members[tp] = back
+        if not self._restarted_members:
+            return
+        leaders = sorted({self.ctx.leaders[tp].leader for tp in self._restarted_members})
+        log.warning("controller %d: brokers %s restarted while no controller watched; moving "
+                    "their leadership of %d partitions", self.broker_id, leaders,
+                    len(self._restarted_members))
+        self.sclog.record("brokers", note=f"restarted while no controller watched: {leaders}")
+        self.psm.handle(sorted(self._restarted_members), PartitionState.ONLINE,
+                        self.restarted_selector)
+        self._restarted_members = {}
 
     def _send_init_batch(self) -> None:
         if self.channels is None:
@@ -600,6 +607,11 @@ class Controller:
 
     def reassigned_selector(self, tp: TP, cur: LeaderAndIsr) -> sel.LeaderChoice:
         return sel.reassigned_leader(self.ctx.reassigning[tp].new_replicas, cur, self.ctx.live_ids())
+
+    def restarted_selector(self, tp: TP, cur: LeaderAndIsr) -> sel.LeaderChoice:
+        back = self._restarted_members[tp]
+        return sel.controlled_shutdown_leader(self.ctx.replicas_for_request(tp), cur,
+                                              self.ctx.live_ids() - back, back)
 
     def shutdown_selector(self, tp: TP, cur: LeaderAndIsr) -> sel.LeaderChoice:
         return sel.controlled_shutdown_leader(self.ctx.replicas_for_request(tp), cur,
