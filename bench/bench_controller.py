@@ -67,7 +67,6 @@ import shutil
 import signal
 import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -79,6 +78,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from cluster.protocol import control  # noqa: E402
+from harness.zookeeper import StandaloneZooKeeper  # noqa: E402
 
 KAFKA = {  # Kafka's published figures (references.md, "Numbers to beat")
     1: "1.1: 3 s (1.0: 6.5 min)",
@@ -110,81 +110,12 @@ def _die_with_parent() -> None:
 
 # ----------------------------------------------------------------- ZooKeeper
 
-ZK_JARS = ["/usr/share/java/zookeeper.jar", "/usr/share/java/zookeeper-jute.jar",
-           "/usr/share/java/slf4j-api.jar", "/usr/share/java/slf4j-log4j12.jar",
-           "/usr/share/java/log4j-1.2.jar", "/usr/share/java/netty-handler.jar",
-           "/usr/share/java/netty-transport.jar", "/usr/share/java/netty-common.jar",
-           "/usr/share/java/netty-buffer.jar", "/usr/share/java/netty-codec.jar",
-           "/usr/share/java/netty-resolver.jar",
-           "/usr/share/java/netty-transport-native-epoll.jar",
-           "/usr/share/java/netty-transport-native-unix-common.jar",
-           "/usr/share/java/metrics-core.jar", "/usr/share/java/commons-cli.jar",
-           "/usr/share/java/commons-io.jar", "/usr/share/java/snappy-java.jar"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class ZooKeeper:
-    """A standalone ZooKeeper 3.8 (Debian's libzookeeper-java) subprocess."""
-
-    def __init__(self, workdir: Path, fsync: bool = True, heap_mb: int = 1024) -> None:
-        self.dir = workdir / "zookeeper"
-        self.port = free_port()
-        self.fsync = fsync
-        self.heap_mb = heap_mb
-        self.proc: subprocess.Popen | None = None
-
-    @property
-    def hosts(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 30.0) -> "ZooKeeper":
-        conf, data = self.dir / "conf", self.dir / "data"
-        conf.mkdir(parents=True, exist_ok=True)
-        data.mkdir(exist_ok=True)
-        (conf / "zoo.cfg").write_text(
-            f"tickTime=500\ndataDir={data}\nclientPort={self.port}\n"
-            "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n"
-            "4lw.commands.whitelist=*\nmaxClientCnxns=0\nminSessionTimeout=1000\n"
-            f"forceSync={'yes' if self.fsync else 'no'}\njute.maxbuffer=4194304\n")
-        (conf / "log4j.properties").write_text(
-            "log4j.rootLogger=WARN, F\nlog4j.appender.F=org.apache.log4j.FileAppender\n"
-            f"log4j.appender.F.File={self.dir}/zookeeper.log\n"
-            "log4j.appender.F.layout=org.apache.log4j.PatternLayout\n"
-            "log4j.appender.F.layout.ConversionPattern=%d %p [%t] %c: %m%n\n")
-        cp = ":".join([str(conf)] + [j for j in ZK_JARS if os.path.exists(j)])
-        self.proc = subprocess.Popen(
-            ["java", f"-Xmx{self.heap_mb}m", "-Djute.maxbuffer=4194304",
-             f"-Dlog4j.configuration=file:{conf}/log4j.properties", "-cp", cp,
-             "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(conf / "zoo.cfg")],
-            stdout=subprocess.DEVNULL, stderr=open(self.dir / "stderr.log", "wb"),
-            start_new_session=True, preexec_fn=_die_with_parent)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError("ZooKeeper exited: "
-                                   + (self.dir / "stderr.log").read_text()[-2000:])
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                    s.sendall(b"ruok")
-                    if s.recv(4) == b"imok":
-                        return self
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError("ZooKeeper did not start in time")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait(timeout=10)
+def zookeeper_server(workdir: Path, fsync: bool) -> StandaloneZooKeeper:
+    """The harness's standalone ZooKeeper, tuned as deployed rather than for a
+    quick start: a 1 GiB heap and the JVM's default GC and JIT. It dies with
+    this process, and its logs stay in workdir (kept on --keep-logs)."""
+    return StandaloneZooKeeper(workdir / "zookeeper", fsync=fsync, heap_mb=1024, jvm_opts=(),
+                               preexec_fn=_die_with_parent)
 
 
 # -------------------------------------------------------------- fake brokers
@@ -494,7 +425,7 @@ class Bench:
     """One case's world: a ZooKeeper chroot, three fake brokers registered in
     it, and (once started) the controller of broker 1."""
 
-    def __init__(self, zk_server: ZooKeeper, fakes: FakeBrokers, name: str,
+    def __init__(self, zk_server: StandaloneZooKeeper, fakes: FakeBrokers, name: str,
                  catcher: ControllerLog) -> None:
         from kazoo.client import KazooClient
         self.hosts = f"{zk_server.hosts}/{name}"
@@ -534,6 +465,21 @@ class Bench:
                                       "port": self.ports[1]})
         self.controller = Controller(cfg, self.clients[1], 1)
         self.controller.startup()
+
+    def ready_to_move(self, topics: dict[str, dict[int, tuple[int, ...]]], victim: int,
+                      survivors: list[int]) -> int:
+        """The setup of the cases that move leaderships off a victim broker:
+        the state a previous controller left, the brokers registered, a ready
+        controller, and the fake survivors watching for a new leader of every
+        partition the victim leads. Returns how many partitions they watch."""
+        populate(self.admin, topics, "populate")
+        self.register_brokers()
+        self.catcher.reset()
+        self.start_controller()
+        self.wait_ready()
+        target = self.fakes.call("mark", victim, survivors)
+        self.catcher.reset()  # the clock starts now: forget the startup's log lines
+        return target
 
     def init_received(self, ids=(1, 2, 3)) -> dict[int, tuple]:
         """bid -> the first LeaderAndIsr INIT it received (t_recv, t_decoded, kind, init, n)."""
@@ -623,14 +569,8 @@ def case_controlled_shutdown(zk_server, fakes, catcher, n: int, per_topic: int) 
     topics, total = make_layout(n, per_topic, "cs", leader_of=lambda i: victim)
     b = Bench(zk_server, fakes, "case1", catcher)
     try:
-        populate(b.admin, topics, "populate")
-        b.register_brokers()
-        catcher.reset()
-        b.start_controller()
-        b.wait_ready()
-        target = fakes.call("mark", victim, [1, 3])
+        target = b.ready_to_move(topics, victim, [1, 3])
         assert target == total, (target, total)
-        catcher.reset()
         progress(f"  ControlledShutdown({victim}) ...")
         t0 = time.monotonic()
         fut = b.controller.handle_controlled_shutdown(victim, 1)
@@ -666,14 +606,8 @@ def case_broker_failure(zk_server, fakes, catcher, n: int, per_topic: int) -> di
              "ZooKeeper session")
     b = Bench(zk_server, fakes, "case2", catcher)
     try:
-        populate(b.admin, topics, "populate")
-        b.register_brokers()
-        catcher.reset()
-        b.start_controller()
-        b.wait_ready()
-        target = fakes.call("mark", victim, [1, 2])
+        target = b.ready_to_move(topics, victim, [1, 2])
         assert target == led, (target, led)
-        catcher.reset()
         progress(f"  killing broker {victim} (closing its session) ...")
         c = b.clients.pop(victim)
         t0 = time.monotonic()
@@ -785,7 +719,7 @@ def main() -> int:
 
     info = machine()
     progress(f"machine: {info['cpu']}, {info['cores']} cores, load {' '.join(info['loadavg_at_start'])}")
-    zk_server = ZooKeeper(work, fsync=not a.zk_no_fsync)
+    zk_server = zookeeper_server(work, fsync=not a.zk_no_fsync)
     fakes = None
     results: list[dict] = []
     failed = None

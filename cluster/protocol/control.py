@@ -246,6 +246,22 @@ _TP_MIN, _PE_MIN, _PS_MIN, _BE_MIN = 6, 8, 26, 10
 
 # --- request and response bodies ----------------------------------------------
 @dataclass(frozen=True)
+class _PartitionErrorsResponse:
+    """The body LeaderAndIsr and StopReplica responses share: an error for the
+    whole request and one per partition."""
+    error: int = NONE
+    partitions: tuple[PartitionError, ...] = ()
+
+    def _write(self, w: _Writer) -> None:
+        w.i16(self.error)
+        w.array(self.partitions, lambda p: p._write(w))
+
+    @classmethod
+    def _read(cls, r: _Reader) -> "_PartitionErrorsResponse":
+        return cls(r.i16(), tuple(r.array(lambda: PartitionError._read(r), _PE_MIN)))
+
+
+@dataclass(frozen=True)
 class LeaderAndIsrRequest:
     API_KEY: ClassVar[int] = LEADER_AND_ISR
     controller_id: int
@@ -269,18 +285,8 @@ class LeaderAndIsrRequest:
 
 
 @dataclass(frozen=True)
-class LeaderAndIsrResponse:
+class LeaderAndIsrResponse(_PartitionErrorsResponse):
     API_KEY: ClassVar[int] = LEADER_AND_ISR
-    error: int = NONE
-    partitions: tuple[PartitionError, ...] = ()
-
-    def _write(self, w: _Writer) -> None:
-        w.i16(self.error)
-        w.array(self.partitions, lambda p: p._write(w))
-
-    @classmethod
-    def _read(cls, r: _Reader) -> "LeaderAndIsrResponse":
-        return cls(r.i16(), tuple(r.array(lambda: PartitionError._read(r), _PE_MIN)))
 
 
 @dataclass(frozen=True)
@@ -304,18 +310,8 @@ class StopReplicaRequest:
 
 
 @dataclass(frozen=True)
-class StopReplicaResponse:
+class StopReplicaResponse(_PartitionErrorsResponse):
     API_KEY: ClassVar[int] = STOP_REPLICA
-    error: int = NONE
-    partitions: tuple[PartitionError, ...] = ()
-
-    def _write(self, w: _Writer) -> None:
-        w.i16(self.error)
-        w.array(self.partitions, lambda p: p._write(w))
-
-    @classmethod
-    def _read(cls, r: _Reader) -> "StopReplicaResponse":
-        return cls(r.i16(), tuple(r.array(lambda: PartitionError._read(r), _PE_MIN)))
 
 
 @dataclass(frozen=True)

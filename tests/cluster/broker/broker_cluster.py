@@ -1,18 +1,17 @@
-"""Test helpers for the broker tests: a real ZooKeeper 3.8 (Debian's
-libzookeeper-java) as a java subprocess, real `python -m cluster.broker`
+"""Test helpers for the broker tests (ZooKeeper is the harness's
+StandaloneZooKeeper, see conftest.py): real `python -m cluster.broker`
 processes, and a hand-driven "controller" that writes the topic and
 leaderAndISR znodes and sends LeaderAndIsr / UpdateMetadata itself (the
 broker tests do not depend on the controller component)."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import struct
 import subprocess
 import sys
-import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -22,21 +21,10 @@ from cluster import zkpaths
 from cluster.config import render_properties
 from cluster.protocol import control
 from cluster.zkpaths import LeaderAndIsr, TopicAssignment
+from harness.backends.local import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 PYTHON = sys.executable
-
-ZK_JARS = ["zookeeper.jar", "zookeeper-jute.jar", "slf4j-api.jar", "slf4j-log4j12.jar",
-           "log4j-1.2.jar", "netty-handler.jar", "netty-transport.jar", "netty-common.jar",
-           "netty-buffer.jar", "netty-codec.jar", "netty-resolver.jar",
-           "netty-transport-native-epoll.jar", "netty-transport-native-unix-common.jar",
-           "metrics-core.jar", "commons-cli.jar", "commons-io.jar", "snappy-java.jar"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_until(pred, timeout: float, what: str, interval: float = 0.05):
@@ -48,61 +36,6 @@ def wait_until(pred, timeout: float, what: str, interval: float = 0.05):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
-
-
-class ZooKeeper:
-    def __init__(self):
-        self.dir = Path(tempfile.mkdtemp(prefix="chaoslog-broker-zk-"))
-        self.port = free_port()
-        self.proc = None
-
-    @property
-    def hosts(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 30) -> "ZooKeeper":
-        conf, data = self.dir / "conf", self.dir / "data"
-        conf.mkdir()
-        data.mkdir()
-        (conf / "zoo.cfg").write_text(
-            f"tickTime=500\ndataDir={data}\nclientPort={self.port}\n"
-            "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n"
-            "4lw.commands.whitelist=*\nmaxClientCnxns=0\nminSessionTimeout=1000\n"
-            "forceSync=no\n")
-        (conf / "log4j.properties").write_text(
-            "log4j.rootLogger=WARN, F\nlog4j.appender.F=org.apache.log4j.FileAppender\n"
-            f"log4j.appender.F.File={self.dir}/zookeeper.log\n"
-            "log4j.appender.F.layout=org.apache.log4j.PatternLayout\n"
-            "log4j.appender.F.layout.ConversionPattern=%d %p [%t] %c: %m%n\n")
-        cp = ":".join([str(conf)] + [f"/usr/share/java/{j}" for j in ZK_JARS
-                                     if os.path.exists(f"/usr/share/java/{j}")])
-        self.proc = subprocess.Popen(
-            ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-             f"-Dlog4j.configuration=file:{conf}/log4j.properties", "-cp", cp,
-             "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(conf / "zoo.cfg")],
-            stdout=subprocess.DEVNULL, stderr=open(self.dir / "stderr.log", "wb"),
-            start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError("ZooKeeper exited: "
-                                   + (self.dir / "stderr.log").read_text()[-2000:])
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
-                    s.sendall(b"ruok")
-                    if s.recv(4) == b"imok":
-                        return self
-            except OSError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError("ZooKeeper did not start")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class BrokerProcess:
@@ -183,6 +116,51 @@ class BrokerProcess:
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+
+class AckedProducer:
+    """An acks=all producer in a thread: numbered values to partition 0 of one
+    topic, as fast as librdkafka takes them, from entering the `with` block
+    until leaving it. `acked` and `errors` record what the brokers answered,
+    for checking that no acknowledged value is lost across a leader change."""
+
+    def __init__(self, bootstrap: str, topic: str, value_format: bytes, **config) -> None:
+        self.config = {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 2,
+                       "message.timeout.ms": 30000, **config}
+        self.topic = topic
+        self.value_format = value_format  # e.g. b"m%06d"
+        self.acked: list[bytes] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+
+    def __enter__(self) -> "AckedProducer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(60)
+
+    def _on_delivery(self, err, msg) -> None:
+        if err:
+            self.errors.append(str(err))
+        else:
+            self.acked.append(msg.value())
+
+    def _run(self) -> None:
+        import confluent_kafka as ck
+        p = ck.Producer(self.config)
+        i = 0
+        while not self._stop.is_set():
+            try:
+                p.produce(self.topic, value=self.value_format % i, partition=0,
+                          on_delivery=self._on_delivery)
+                i += 1
+            except BufferError:
+                pass
+            p.poll(0.001 if i % 50 == 0 else 0)
+        p.flush(40)
 
 
 def send_frame(addr, frame: bytes, timeout: float = 10) -> bytes | None:

@@ -10,15 +10,17 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
+from harness.zookeeper import StandaloneZooKeeper
+
 sys.path.insert(0, str(Path(__file__).parent))
-from broker_cluster import BrokerProcess, HandController, ZooKeeper  # noqa: E402
+from broker_cluster import BrokerProcess, HandController  # noqa: E402
 
 _chroots = itertools.count(1)
 
 
 @pytest.fixture(scope="session")
 def zookeeper():
-    zk = ZooKeeper().start()
+    zk = StandaloneZooKeeper().start()
     try:
         yield zk
     finally:
@@ -29,7 +31,7 @@ class Cluster:
     """Brokers of one test (or module) under their own chroot, plus a kazoo
     client on that chroot and a HandController."""
 
-    def __init__(self, zookeeper: ZooKeeper, base: Path, n: int, **config):
+    def __init__(self, zookeeper: StandaloneZooKeeper, base: Path, n: int, **config):
         self.chroot = f"/t{next(_chroots)}"
         root = KazooClient(zookeeper.hosts)
         root.start()

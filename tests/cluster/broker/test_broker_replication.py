@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
 import time
 
 import pytest
 
-from broker_cluster import wait_until
+from broker_cluster import AckedProducer, wait_until
 from cluster import zkpaths
 from cluster.protocol import control
 from cluster.zkpaths import LeaderAndIsr, TopicAssignment
@@ -51,52 +50,22 @@ def test_leader_killed_under_acks_all_load(make_cluster):
     """min ISR 2, unclean election off: SIGKILL the leader while a producer
     sends with acks=all, elect an ISR member by hand; every acknowledged
     message is on the new leader."""
-    import confluent_kafka as ck
     c = make_cluster(3, **{"min.insync.replicas": 2, "unclean.leader.election.enable": False})
     c.hc.create_topic("fo", {0: (1, 2, 3)})
-    acked: list[bytes] = []
-    failed: list[str] = []
-    stop = threading.Event()
-    boot = c.bootstrap
-
-    def produce_loop():
-        p = ck.Producer({"bootstrap.servers": boot, "acks": "all", "linger.ms": 2,
-                         "message.timeout.ms": 30000, "retry.backoff.ms": 100,
-                         "topic.metadata.refresh.interval.ms": 500})
-
-        def cb(err, msg):
-            if err:
-                failed.append(str(err))
-            else:
-                acked.append(msg.value())
-        i = 0
-        while not stop.is_set():
-            try:
-                p.produce("fo", value=b"m%06d" % i, partition=0, on_delivery=cb)
-                i += 1
-            except BufferError:
-                pass
-            p.poll(0.001 if i % 50 == 0 else 0)
-        p.flush(40)
-
-    t = threading.Thread(target=produce_loop)
-    t.start()
-    try:
-        wait_until(lambda: len(acked) > 2000, 30, "acks before the kill")
+    with AckedProducer(c.bootstrap, "fo", b"m%06d", **{
+            "retry.backoff.ms": 100, "topic.metadata.refresh.interval.ms": 500}) as load:
+        wait_until(lambda: len(load.acked) > 2000, 30, "acks before the kill")
         c.brokers[1].kill()
         cur = _lai(c, "fo")
         survivors = tuple(b for b in cur.isr if b != 1)
         assert len(survivors) >= 2  # nobody lagged out
         c.hc.elect("fo", 0, survivors[0], survivors)
-        n = len(acked)
-        wait_until(lambda: len(acked) > n + 2000, 30, "acks after the failover")
-    finally:
-        stop.set()
-        t.join(60)
+        n = len(load.acked)
+        wait_until(lambda: len(load.acked) > n + 2000, 30, "acks after the failover")
     got = _consume_all(c, "fo", survivors[0])
-    missing = set(acked) - set(got)
+    missing = set(load.acked) - set(got)
     assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {sorted(missing)[:5]}"
-    assert len(acked) > 4000
+    assert len(load.acked) > 4000
 
 
 def test_isr_shrink_expand_and_min_isr(make_cluster):

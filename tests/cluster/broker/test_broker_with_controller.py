@@ -4,10 +4,9 @@ SIGTERM makes a broker ask the controller for a controlled shutdown (moving
 leadership away first) before it exits 0."""
 from __future__ import annotations
 
-import threading
 import time
 
-from broker_cluster import wait_until
+from broker_cluster import AckedProducer, wait_until
 from cluster import admin
 
 
@@ -22,31 +21,8 @@ def test_controller_driven_cluster_and_controlled_shutdown(make_cluster):
     leader = desc["partitions"][0]["leader"]
     assert leader in (1, 2, 3)
 
-    acked: list[bytes] = []
-    errors: list[str] = []
-    stop = threading.Event()
-    boot = c.bootstrap
-
-    def produce_loop():
-        p = ck.Producer({"bootstrap.servers": boot, "acks": "all", "linger.ms": 2,
-                         "enable.idempotence": True, "message.timeout.ms": 30000})
-
-        def cb(err, msg):
-            (errors.append(str(err)) if err else acked.append(msg.value()))
-        i = 0
-        while not stop.is_set():
-            try:
-                p.produce("ctl", value=b"c%06d" % i, partition=0, on_delivery=cb)
-                i += 1
-            except BufferError:
-                pass
-            p.poll(0.001 if i % 50 == 0 else 0)
-        p.flush(40)
-
-    t = threading.Thread(target=produce_loop)
-    t.start()
-    try:
-        wait_until(lambda: len(acked) > 2000, 30, "acks before the shutdown")
+    with AckedProducer(c.bootstrap, "ctl", b"c%06d", **{"enable.idempotence": True}) as load:
+        wait_until(lambda: len(load.acked) > 2000, 30, "acks before the shutdown")
         t0 = time.monotonic()
         assert c.brokers[leader].terminate(60) == 0
         took = time.monotonic() - t0
@@ -54,23 +30,20 @@ def test_controller_driven_cluster_and_controlled_shutdown(make_cluster):
         assert "controlled shutdown succeeded" in log, log[-3000:]
         new = admin.wait_for_leaders(c.zk, "ctl", 30)["partitions"][0]["leader"]
         assert new != leader
-        n = len(acked)
-        wait_until(lambda: len(acked) > n + 2000, 30, "acks after the shutdown")
-    finally:
-        stop.set()
-        t.join(60)
-    assert errors == []
+        n = len(load.acked)
+        wait_until(lambda: len(load.acked) > n + 2000, 30, "acks after the shutdown")
+    assert load.errors == []
     cons = ck.Consumer({"bootstrap.servers": c.bootstrap, "group.id": "x",
                         "enable.auto.commit": False})
     cons.assign([ck.TopicPartition("ctl", 0, 0)])
     got = []
     deadline = time.monotonic() + 30
-    while len(got) < len(acked) and time.monotonic() < deadline:
+    while len(got) < len(load.acked) and time.monotonic() < deadline:
         for m in cons.consume(1000, 0.5):
             if not m.error():
                 got.append(m.value())
     cons.close()
-    assert set(acked) <= set(got)
+    assert set(load.acked) <= set(got)
     # Idempotence across the leader change: no duplicates either.
     assert len(got) == len(set(got))
     assert took < 30

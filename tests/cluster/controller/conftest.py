@@ -1,5 +1,6 @@
-"""Fixtures for controller tests: one real ZooKeeper 3.8 (java subprocess)
-per session; each test gets its own chroot so tests cannot see each other."""
+"""Fixtures for controller tests: one real ZooKeeper 3.8 (the harness's
+standalone server) per session; each test gets its own chroot so tests cannot
+see each other."""
 from __future__ import annotations
 
 import logging
@@ -10,14 +11,15 @@ import uuid
 import pytest
 from kazoo.client import KazooClient
 
+from harness.zookeeper import StandaloneZooKeeper
+
 sys.path.insert(0, os.path.dirname(__file__))
 from controller_fakes import Node  # noqa: E402
-from controller_zkserver import ZooKeeperServer
 
 
 @pytest.fixture(scope="session")
 def zk_server():
-    server = ZooKeeperServer().start()
+    server = StandaloneZooKeeper().start()
     try:
         yield server
     finally:
