@@ -152,6 +152,10 @@ class WorkloadRun:
             # later steps must still run rather than be cancelled by the heal.
             remaining = n.t0 + n.schedule.duration_s - time.monotonic() if n.t0 else 0
             n.join(timeout=max(0.0, remaining) + SCHEDULE_OVERRUN_S)
+        # A schedule's final heal is at its duration (Schedule.describe's
+        # heal_at_s), also when its last fault ended earlier.
+        heal_at = max((n.t0 + n.schedule.duration_s for n in run.nemeses if n.t0), default=0.0)
+        time.sleep(max(0.0, heal_at - time.monotonic()))
         run.heal()
         time.sleep(quiet)
         self.workload.stop()

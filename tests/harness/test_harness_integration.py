@@ -67,6 +67,10 @@ def run_steps(cluster, workload, nemesis, history, steps, quiet=3.0):
     nem = nemesis(Schedule(1, duration, quiet, steps))
     run.finish(quiet=quiet, final_timeout=60, settle_s=3)
     assert not nem.errors, nem.errors
+    # The final heal comes at the schedule's duration, not when its last step ended.
+    heals = [e["time"] for e in read_history(history.run_dir / "history.jsonl")
+             if e["f"] == "nemesis" and e["fault"] == "final-heal" and e["phase"] == "start"]
+    assert heals and heals[0] >= duration * 1e9, (heals, duration)
     for s in run.workload.streams:
         assert s.handle.wait(1) is not None, f"{s.handle.name} still running"
     return run, nem
