@@ -3,13 +3,18 @@
     .venv/bin/python bench/bench_checker.py                 # 1e6 events, JSONL and Parquet
     .venv/bin/python bench/bench_checker.py --sizes 1e6 1e7 # add the 10-million run
     .venv/bin/python bench/bench_checker.py --no-reference  # Spark only
+    git show HEAD:reports/spark_checker.py > /tmp/old_checker.py
+    .venv/bin/python bench/bench_checker.py --baseline /tmp/old_checker.py  # old vs new
 
 It writes synthetic histories (a workload of producers and consumers over a few
 partitions, nemesis windows, a complete final read, and a handful of injected
 anomalies so that every code path runs), times the Spark checker (session
 start-up excluded, first and second run reported) and the reference checker
 on each, prints a table, and writes bench/results/checker-<date>.json with a
-description of the machine. Peak memory: the Python process from
+description of the machine. With --baseline FILE (an older copy of
+spark_checker.py) both checkers are timed alternately in the same JVM, each
+with its own spark.sql.* defaults, which is the fair comparison on a shared
+machine; the JVM's CPU seconds per run are recorded too. Peak memory: the Python process from
 getrusage(RUSAGE_SELF) (reference) and the Spark JVM's VmHWM from /proc (or
 psutil if installed). Not a test: run it by hand.
 """
@@ -285,27 +290,61 @@ def bench_reference(run_dir: Path) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def bench_spark(spark, run_dir: Path, repeats: int = 2) -> dict:
+def _cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, TypeError, ValueError):
+        return None
+
+
+def load_checker(path: str):
+    """Import a copy of spark_checker.py (e.g. an older version) under another name."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("baseline_spark_checker", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def bench_spark(spark, run_dir: Path, repeats: int = 2, checkers: dict | None = None) -> dict:
+    """Time each checker module `repeats` times, alternating; {name: figures}.
+
+    Before each run the module's own spark.sql.* defaults are set on the
+    session (settings of the JVM itself, like its heap, are the session's).
+    """
     from reports import spark_checker
     from reports.summary import build_summary
 
+    checkers = checkers or {"spark": spark_checker}
+    sql = {k for m in checkers.values() for k in m.DEFAULT_CONF if k.startswith("spark.sql.")}
     pid = _jvm_pid(spark)
-    times = []
-    summary = None
-    peak = None
+    out = {name: {"seconds": [], "jvm_cpu_s": [], "jvm_peak_rss": None} for name in checkers}
     for _ in range(repeats):
-        if pid:
-            _reset_peak(pid)
-        t = time.perf_counter()
-        res = spark_checker.check([run_dir], spark=spark)[0]
-        times.append(time.perf_counter() - t)
-        if isinstance(res, Exception):
-            raise res
-        summary = build_summary(res)
-        if pid:
-            peak = max(peak or 0, _peak_rss_of(pid) or 0)
-    return {"seconds": times, "jvm_peak_rss": peak, "verdict": summary["verdict"],
-            "anomalies": summary["anomaly_counts"]}
+        for name, mod in checkers.items():
+            for k in sql:
+                if k in mod.DEFAULT_CONF:
+                    spark.conf.set(k, mod.DEFAULT_CONF[k])
+                else:
+                    spark.conf.unset(k)
+            o = out[name]
+            if pid:
+                _reset_peak(pid)
+            cpu = _cpu_seconds(pid)
+            t = time.perf_counter()
+            res = mod.check([run_dir], spark=spark)[0]
+            o["seconds"].append(time.perf_counter() - t)
+            if cpu is not None:
+                o["jvm_cpu_s"].append(_cpu_seconds(pid) - cpu)
+            if isinstance(res, Exception):
+                raise res
+            summary = build_summary(res)
+            o["verdict"], o["anomalies"] = summary["verdict"], summary["anomaly_counts"]
+            if pid:
+                o["jvm_peak_rss"] = max(o["jvm_peak_rss"] or 0, _peak_rss_of(pid) or 0)
+    return out
 
 
 def machine() -> dict:
@@ -342,6 +381,11 @@ def main(argv=None) -> int:
     ap.add_argument("--workdir", default=None, help="where to write the histories (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the generated histories")
     ap.add_argument("--master", default=None)
+    ap.add_argument("--baseline", default=None,
+                    help="an older copy of spark_checker.py, timed alternately with the current one")
+    ap.add_argument("--repeats", type=int, default=2, help="Spark runs per checker (default 2)")
+    ap.add_argument("--out", default=None,
+                    help="result file (default bench/results/checker-<date>.json, same-day rows merged)")
     args = ap.parse_args(argv)
 
     from reports import spark_checker
@@ -362,9 +406,12 @@ def main(argv=None) -> int:
                 facts = generate(run_dir, n, fmt)
                 gen = time.perf_counter() - t
                 row = {"events": facts["events"], "format": fmt, "bytes": facts["bytes"], "generate_s": gen}
-                row["spark"] = bench_spark(spark, run_dir)
-                best = min(row["spark"]["seconds"])
-                row["spark"]["events_per_s"] = facts["events"] / best
+                checkers = {"spark": spark_checker}
+                if args.baseline:
+                    checkers["baseline"] = load_checker(args.baseline)
+                row.update(bench_spark(spark, run_dir, args.repeats, checkers))
+                for name in checkers:
+                    row[name]["events_per_s"] = facts["events"] / min(row[name]["seconds"])
                 if not args.no_reference:
                     row["reference"] = bench_reference(run_dir)
                     row["reference"]["events_per_s"] = facts["events"] / row["reference"]["seconds"]
@@ -376,7 +423,7 @@ def main(argv=None) -> int:
         spark.stop()
     res_dir = ROOT / "bench" / "results"
     res_dir.mkdir(parents=True, exist_ok=True)
-    path = res_dir / f"checker-{dt.date.today().isoformat()}.json"
+    path = Path(args.out) if args.out else res_dir / f"checker-{dt.date.today().isoformat()}.json"
     # the same day's other sizes stay; a size measured again replaces its row
     old = []
     if path.exists():
@@ -388,6 +435,8 @@ def main(argv=None) -> int:
     rows = [r for r in old if (r["events"], r["format"]) not in done] + rows
     result = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "machine": machine(), "load_average": os.getloadavg(), "spark_startup_s": startup,
+              "spark_conf": {k: spark_checker.DEFAULT_CONF.get(k) for k in sorted(spark_checker.DEFAULT_CONF)},
+              "baseline": args.baseline,
               "runs": sorted(rows, key=lambda r: (r["events"], r["format"]))}
     path.write_text(json.dumps(result, indent=1) + "\n")
     print(f"\nSpark session start-up: {startup:.1f} s (not in the figures above)")
@@ -403,6 +452,14 @@ def _print_row(row):
     s = row["spark"]
     line = (f"{row['events']:>11,} {row['format']:<8} spark: first {s['seconds'][0]:6.1f} s, "
             f"best {min(s['seconds']):6.1f} s = {s['events_per_s']:>10,.0f} ev/s, JVM peak {_mb(s['jvm_peak_rss'])}")
+    if "baseline" in row:
+        b = row["baseline"]
+        line += (f" | baseline: best {min(b['seconds']):6.1f} s = {b['events_per_s']:>10,.0f} ev/s, "
+                 f"new/old time {min(s['seconds']) / min(b['seconds']):.2f}")
+        if s["jvm_cpu_s"] and b["jvm_cpu_s"]:
+            line += f", JVM CPU {min(s['jvm_cpu_s']):.1f} s vs {min(b['jvm_cpu_s']):.1f} s"
+        if b["anomalies"] != s["anomalies"]:
+            line += "  ** checkers disagree **"
     if "reference" in row:
         r = row["reference"]
         line += (f" | reference: {r['seconds']:6.1f} s = {r['events_per_s']:>9,.0f} ev/s, "

@@ -25,9 +25,11 @@ every later grouping and window is keyed by the topic-partition, so once the
 events are hash-partitioned by it and cached, no further exchange of the big
 data happens. Keys are fixed-width numbers, not strings: `tp` is a 64-bit hash
 of (run, topic, partition) with a dictionary on the driver, `t` and `fn` code
-the event type and function. Only small sides are broadcast; tables as big
-as the history are derived again rather than cached (cheaper here); the jobs
-that list anomalies only run when the counts say there are some.
+the event type and function. Only small sides are broadcast. Cached: the
+events, one row per op, one row per record read, and one row per value (each
+read by several jobs); the jobs that list anomalies only run when the counts
+say there are some. After the validation pass, independent sections run as
+concurrent Spark jobs.
 
 `spark-submit reports/spark_checker.py RUN_DIR...` runs the `analyze` command.
 """
@@ -49,11 +51,20 @@ import json
 import re
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from functools import reduce
 
 from reports.errors import HistoryError
 from reports.readers import RunInput, first_problem
-from reports.schema import CORRUPT_COLUMN, spark_problem_column, spark_schema
+from reports.schema import (
+    CORRUPT_COLUMN,
+    FUNCTIONS,
+    REQUIRED_ALWAYS,
+    REQUIRED_BY_KIND,
+    TYPES,
+    spark_problem_column,
+    spark_schema,
+)
 from reports.summary import (
     ANOMALY_TYPES,
     CLIENT_FUNCTIONS,
@@ -77,6 +88,9 @@ F_NAMES = {F_SEND: "send", F_POLL: "poll"}
 PERCENTILE_ACCURACY = 10000
 # Detail joins broadcast the flagged side when it has at most this many rows.
 BROADCAST_ROWS = 200_000
+
+# Heap of a local-mode session started by get_spark (unless conf says otherwise).
+LOCAL_DRIVER_MEMORY = "4g"
 
 DEFAULT_CONF = {
     "spark.ui.enabled": "false",
@@ -112,11 +126,39 @@ def get_spark(master: str | None = None, conf: dict | None = None, progress: boo
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         settings.setdefault("spark.driver.host", "127.0.0.1")
         settings.setdefault("spark.driver.bindAddress", "127.0.0.1")
+        # The driver is the only executor: Spark's default heap (1 GB) leaves
+        # about 400 MB for cached events, and a 10M-event history then goes
+        # to disk. Takes effect only when this call starts the JVM.
+        settings.setdefault("spark.driver.memory", LOCAL_DRIVER_MEMORY)
     if progress:
         settings["spark.ui.showConsoleProgress"] = "true"
     for k, v in settings.items():
         builder = builder.config(k, v)
     return builder.getOrCreate()
+
+
+def _bad_event():
+    """A boolean column: the event has a problem (`spark_problem_column` is not null).
+
+    The same checks as schema.py's, without building the message: the cached
+    events carry only this flag, and the message comes from the plain reader.
+    """
+    from pyspark.sql import functions as F
+
+    c = F.col
+    checks = [c(CORRUPT_COLUMN).isNotNull(), ~c("type").isin(*TYPES), ~c("f").isin(*FUNCTIONS)]
+    checks += [c(name).isNull() for name in REQUIRED_ALWAYS]
+    for f, type_, names in REQUIRED_BY_KIND:
+        kind = c("f") == f
+        if type_ is not None:
+            kind = kind & (c("type") == type_)
+        checks += [kind & c(name).isNull() for name in names]
+    bad_record = F.exists(
+        "records", lambda r: r.isNull() | (F.size(r) != 2) | F.exists(r, lambda x: x.isNull())
+    )
+    checks.append(c("records").isNotNull() & bad_record)
+    # a null check (e.g. `type` null in isin) never hides a true one: OR is true if any is
+    return F.coalesce(reduce(lambda a, b: a | b, checks), F.lit(False))
 
 
 def _code(col, codes: dict):
@@ -243,13 +285,16 @@ class SparkChecker:
         # per-op aggregation never decodes the records arrays ([offset, value]
         # pairs order by offset first: array_max is the one with the highest offset).
         ok_poll = (c("f") == "poll") & (c("type") == "ok")
-        return ev.withColumn("problem", spark_problem_column()).select(
+        # `ev` with the problem text, for naming a malformed event when the plain reader cannot.
+        self.raw = ev.withColumn("problem", spark_problem_column())
+        return ev.select(
             "run", "file_id", "topic", "partition",
             F.xxhash64("run", "topic", "partition").alias("tp"),
             "index", "time", "process", "op",
             _code(c("type"), TYPE_CODES).alias("t"),
             _code(c("f"), F_CODES).alias("fn"),
-            "value", "offset", "records", "high_watermark", "final", "error", "problem",
+            "value", "offset", "records", "high_watermark", "final", "error",
+            _bad_event().alias("bad"),
             F.when(c("f") == "nemesis", F.to_json(F.struct("fault", "phase", "targets", "detail")))
             .alias("nemesis"),
             F.when(ok_poll, F.size("records")).alias("rec_n"),
@@ -268,7 +313,7 @@ class SparkChecker:
             ev.groupBy("run", "file_id", "tp", "topic", "partition").agg(
                 F.count(F.lit(1)).alias("events"),
                 F.max("time").alias("end_time"),
-                F.sum(F.col("problem").isNotNull().cast("long")).alias("problems"),
+                F.sum(F.col("bad").cast("long")).alias("problems"),
             ),
             "read and validate",
         )
@@ -294,7 +339,7 @@ class SparkChecker:
                 err = e
             if err is None:  # the two readers disagree: still name the file
                 example = (
-                    ev.filter((F.col("file_id") == file_id) & F.col("problem").isNotNull())
+                    self.raw.filter((F.col("file_id") == file_id) & F.col("problem").isNotNull())
                     .select("problem").limit(1).collect()
                 )
                 why = example[0].problem if example else "malformed events"
@@ -365,13 +410,15 @@ class SparkChecker:
             return [results[k] for k in range(len(runs))]
         if errors:
             ev = ev.filter(F.col("run").isin(good))
-        self.ev = ev.drop("problem", "file_id", "topic", "partition")
+        self.ev = ev.drop("bad", "file_id", "topic", "partition")
         self.tp_names = self.spark.createDataFrame(
             [(tp, run, topic, partition) for tp, (run, topic, partition) in self.tps.items()],
             "tp long, trun int, topic string, partition int",
         ).drop("trun")
         self.ops = self._persist(self._ops(self.ev))
-        self.reads = self._reads(self.ev)
+        # Cached: four sections read the records, and exploding the nested
+        # arrays again each time costs more than keeping flat rows.
+        self.reads = self._persist(self._reads(self.ev))
 
         findings = {}
         for k in good:
@@ -382,12 +429,26 @@ class SparkChecker:
             f.counts = empty_counts()
             findings[k] = f
 
-        self._nemesis(findings)
-        tp_rows = self._op_statistics(findings)
-        self._errors_and_windows(findings)
-        self._value_anomalies(findings, tp_rows)
-        offsets = self._offset_anomalies(findings)
-        self._sequence_anomalies(findings, offsets)
+        seen, offsets = self._offsets()
+        # Independent sections (each fills its own fields of the findings) run
+        # as concurrent Spark jobs: one job's fixed costs and last straggling
+        # task overlap with another's work, so both cores stay busy.
+        sections = [
+            self._latency,
+            lambda: self._value_anomalies(findings, self._op_statistics(findings)),
+            lambda: (self._nemesis(findings), self._errors_and_windows(findings)),
+            lambda: self._offset_anomalies(findings, seen, offsets),
+            lambda: self._sequence_anomalies(findings, offsets),
+        ]
+        from pyspark.util import inheritable_thread_target
+
+        with ThreadPoolExecutor(len(sections)) as pool:
+            # (the caller's job group and other local properties go along)
+            futures = [pool.submit(inheritable_thread_target(s)) for s in sections]
+            pct = futures[0].result()  # _latency's
+            for done in futures[1:]:
+                done.result()
+        self._fill_latency(findings, pct)
         for f in findings.values():
             c = f.counts
             c["lost"] = f.anomaly_counts["lost"]
@@ -414,12 +475,11 @@ class SparkChecker:
             f.windows = fault_windows(per_run[k], f.end_time)
 
     def _op_statistics(self, findings):
-        """Counts, latency and final reads: one job, three groupings of the ops.
+        """Counts and final reads: one job, three groupings of the ops.
 
         (run, topic-partition): counts by outcome, furthest offsets, final-read
         completeness; (run, second of completion): the timeline; (run,
-        function): latency percentiles of ok ops. Grouping sets let Spark
-        derive the ops once for all three.
+        function): count and maximum latency of ok ops (percentiles: `_latency`).
         """
         from pyspark.sql import functions as F
 
@@ -441,10 +501,6 @@ class SparkChecker:
             for code, name in OUTCOMES.items():
                 counts.append(n(is_f & (c("outcome") == code)).alias(f"{fn}_{name}"))
             counts.append(n(is_f & c("outcome").isNull()).alias(f"{fn}_pending"))
-            counts.append(
-                F.percentile_approx(F.when(is_f, lat), [p for p, _ in PERCENTILES], PERCENTILE_ACCURACY)
-                .alias(f"{fn}_pct")
-            )
         rows = self._collect(
             self.ops.withColumn("second", F.expr(f"comp_time div {NS_PER_SECOND}"))
             .groupingSets([["run", "tp"], ["run", "second"], ["run", "fn"]], "run", "tp", "second", "fn")
@@ -464,7 +520,7 @@ class SparkChecker:
                 F.max(lat).alias("lat_max"),
                 *counts,
             ),
-            "ops: counts, timeline, latency, final reads",
+            "ops: counts, timeline, final reads",
         )
         per_run, timeline = defaultdict(list), defaultdict(list)
         empty = {"count": 0, **{name: None for _, name in PERCENTILES}, "max_ns": None}
@@ -495,23 +551,50 @@ class SparkChecker:
                 for fn in CLIENT_FUNCTIONS:
                     for name in ("ok", "fail", "info"):
                         row[f"{fn}_{name}"] = r[f"{fn}_{name}"]
-                    pct = r[f"{fn}_pct"]
-                    row[f"{fn}_p50_ns"] = pct[0] if pct else None
-                    row[f"{fn}_p99_ns"] = pct[2] if pct else None
+                    row[f"{fn}_p50_ns"] = row[f"{fn}_p99_ns"] = None  # see _latency
+
                 done = row["send_ok"] + row["send_fail"] + row["send_info"]
                 row["availability"] = None if done == 0 else row["send_ok"] / done
                 timeline[r.run].append(row)
             elif r.lat_count:  # per function: latency of ok ops
-                fn = F_NAMES[r.fn]
-                d = {"count": r.lat_count}
-                for (_, name), v in zip(PERCENTILES, r[f"{fn}_pct"]):
-                    d[name] = v
-                d["max_ns"] = r.lat_max
-                f.latency[fn] = d
+                f.latency[F_NAMES[r.fn]].update(count=r.lat_count, max_ns=r.lat_max)
         for k, f in findings.items():
             f.partitions = sorted(per_run[k], key=lambda p: (p["topic"], p["partition"]))
             f.timeline = sorted(timeline[k], key=lambda r: r["second"])
         return tp_rows
+
+    def _latency(self):
+        """Latency percentiles of ok ops per (run, function) and per (run, function, second).
+
+        A job of its own: percentile_approx keeps a summary per group, so it
+        gets only the ok ops and only the groupings that need it.
+        """
+        from pyspark.sql import functions as F
+
+        c = F.col
+        lat = self.ops.filter((c("outcome") == T_OK) & c("inv_time").isNotNull()).select(
+            "run", "fn", F.expr(f"comp_time div {NS_PER_SECOND}").alias("second"),
+            (c("comp_time") - c("inv_time")).alias("lat"),
+        )
+        rows = self._collect(
+            lat.groupingSets([["run", "fn"], ["run", "fn", "second"]], "run", "fn", "second").agg(
+                F.grouping("second").alias("g_second"),
+                F.percentile_approx("lat", [p for p, _ in PERCENTILES], PERCENTILE_ACCURACY).alias("pct"),
+            ),
+            "latency percentiles",
+        )
+        return {(r.run, F_NAMES[r.fn], None if r.g_second else r.second): r.pct for r in rows}
+
+    def _fill_latency(self, findings, pct):
+        """Put the percentiles of `_latency` into the latency and timeline of each run."""
+        for k, f in findings.items():
+            for fn in CLIENT_FUNCTIONS:
+                if f.latency[fn]["count"]:
+                    f.latency[fn].update(zip((name for _, name in PERCENTILES), pct[(k, fn, None)]))
+                for row in f.timeline:
+                    p = pct.get((k, fn, row["second"]))
+                    if p:
+                        row[f"{fn}_p50_ns"], row[f"{fn}_p99_ns"] = p[0], p[2]
 
     def _errors_and_windows(self, findings):
         """Errors by kind over the run, and outcomes and errors inside each fault window.
@@ -608,7 +691,8 @@ class SparkChecker:
         top = self.spark.createDataFrame(
             [(r.tp, r.max_read_offset) for r in tp_rows], "tp long, max_read long"
         )
-        vals = vals.join(F.broadcast(top), "tp", "left")
+        # Cached (about one row per value sent): the lists below read it again.
+        vals = self._persist(vals.join(F.broadcast(top), "tp", "left"))
         unread_ack = (c("outcome") == T_OK) & (c("reads") == 0)
         lost = unread_ack & c("max_read").isNotNull() & (c("max_read") >= c("ack"))
         vals = vals.withColumn(
@@ -699,8 +783,8 @@ class SparkChecker:
                 "op": w.op, "process": w.process, "send_op": rs[0].send_op,
             })
 
-    def _offset_anomalies(self, findings):
-        """Per (partition, offset): inconsistent-offset. Returns the known offsets (for poll-skip)."""
+    def _offsets(self):
+        """Acknowledgements and reads by offset; per (partition, offset) the least and greatest value."""
         from pyspark.sql import functions as F
 
         c = F.col
@@ -716,10 +800,17 @@ class SparkChecker:
         offsets = seen.groupBy("run", "tp", "offset").agg(
             F.min("value").alias("vmin"), F.max("value").alias("vmax")
         )
+        return seen, offsets
+
+    def _offset_anomalies(self, findings, seen, offsets):
+        """Per (partition, offset): inconsistent-offset."""
+        from pyspark.sql import functions as F
+
+        c = F.col
         bad = offsets.filter(c("vmin") != c("vmax")).select("run", "tp", "offset")
         n_bad = sum(r["count"] for r in self._collect(bad.groupBy().count(), "offsets"))
         if not n_bad:
-            return offsets
+            return
         bad = self._persist(bad)
         detail = (
             seen.join(self._small(bad, n_bad), ["run", "tp", "offset"])
@@ -750,7 +841,6 @@ class SparkChecker:
                 "acknowledged": sorted(r.value for r in rs if r.acked),
                 "index": w.first, "time": w.time, "op": w.op, "process": w.process,
             })
-        return offsets
 
     def _sequence_anomalies(self, findings, offsets):
         """nonmonotonic-poll and poll-skip: each process's reads of a partition, in index order.
