@@ -41,19 +41,6 @@ PARQUET_ROWS_PER_PART = 1_000_000
 ROW_GROUP = 131_072
 
 
-def _schema():
-    import pyarrow as pa
-
-    return pa.schema([
-        ("index", pa.int64()), ("time", pa.int64()), ("process", pa.int64()), ("op", pa.int64()),
-        ("type", pa.string()), ("f", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
-        ("value", pa.int64()), ("offset", pa.int64()), ("records", pa.list_(pa.list_(pa.int64()))),
-        ("high_watermark", pa.int64()), ("final", pa.bool_()), ("error", pa.string()),
-        ("node", pa.string()), ("fault", pa.string()), ("phase", pa.string()),
-        ("targets", pa.list_(pa.string())), ("detail", pa.string()),
-    ])
-
-
 class Workload:
     """Events of a synthetic run, produced in index order in chunks."""
 
@@ -208,7 +195,9 @@ def generate(out: Path, n_events: int, fmt: str, seed: int = 1) -> dict:
             if buf:
                 fh.write("\n".join(buf) + "\n")
     else:
-        schema = _schema()
+        from reports.schema import arrow_schema
+
+        schema = arrow_schema()
         d = out / "history"
         d.mkdir(exist_ok=True)
         part, rows = 0, []

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from reports.context import requests_for
 from reports.errors import HistoryError
-from reports.readers import RunInput, open_run
+from reports.readers import RunInput, open_runs
 from reports.summary import DEFAULT_MAX_INSTANCES, build_summary, write_json
 
 EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_ERROR = 0, 1, 2, 3
@@ -73,12 +73,7 @@ def analyze(run_dirs, out=None, master=None, spark=None, checker: str = "spark",
     """
     run_dirs = [Path(d) for d in run_dirs]
     outs = _out_dirs(run_dirs, out)
-    inputs: list[RunInput | HistoryError] = []
-    for d in run_dirs:
-        try:
-            inputs.append(open_run(d))
-        except HistoryError as e:
-            inputs.append(e)
+    inputs = open_runs(run_dirs)
     runs = [r for r in inputs if isinstance(r, RunInput)]
     results, contexts = _check(runs, checker, master, spark, max_instances, report)
     verdicts = []

@@ -172,6 +172,18 @@ def open_run(run_dir) -> RunInput:
     return run
 
 
+
+def open_runs(run_dirs) -> list[RunInput | HistoryError]:
+    """open_run for each directory; a run that cannot be opened gets its
+    HistoryError in its place, so the others can still be checked."""
+    out: list[RunInput | HistoryError] = []
+    for d in run_dirs:
+        try:
+            out.append(open_run(d))
+        except HistoryError as e:
+            out.append(e)
+    return out
+
 def _check_parquet_schema(path: Path) -> None:
     """Read a part file's footer and check its column types against the format.
 

@@ -178,6 +178,22 @@ def spark_schema(with_corrupt: bool):
     return T.StructType(fields)
 
 
+def arrow_schema():
+    """The Parquet (pyarrow) schema of a history part file, for writers of
+    Parquet histories (the benchmark, the tests' generator)."""
+    import pyarrow as pa
+
+    kinds = {
+        "long": pa.int64(),
+        "int": pa.int32(),
+        "string": pa.string(),
+        "bool": pa.bool_(),
+        "records": pa.list_(pa.list_(pa.int64())),
+        "strings": pa.list_(pa.string()),
+    }
+    return pa.schema([(name, kinds[kind]) for name, kind in FIELDS])
+
+
 def spark_problem_column():
     """A string column: the first problem of each event (or null), as `event_problem` words it."""
     from pyspark.sql import functions as F

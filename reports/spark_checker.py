@@ -967,15 +967,10 @@ def _decodable_prefix(data: bytes, limit: int = 200) -> str:
 
 def check(run_dirs, spark=None, master=None, max_instances=DEFAULT_MAX_INSTANCES):
     """Findings (or HistoryError) for each run directory; opens a session if none is given."""
-    from reports.readers import open_run
+    from reports.readers import open_runs
 
     spark = spark or get_spark(master)
-    inputs, out = [], []
-    for d in run_dirs:
-        try:
-            inputs.append(open_run(d))
-        except HistoryError as e:
-            inputs.append(e)
+    inputs, out = open_runs(run_dirs), []
     runs = [r for r in inputs if isinstance(r, RunInput)]
     checker = SparkChecker(spark, max_instances)
     try:

@@ -17,6 +17,8 @@ import json
 import random
 from pathlib import Path
 
+from reports.schema import arrow_schema
+
 HOLE = object()  # a log slot whose value is gone (acknowledged, then lost)
 
 
@@ -140,24 +142,11 @@ def write_run(run_dir, events, meta=None, fmt="jsonl", parts=1) -> Path:
     return run_dir
 
 
-def parquet_schema():
-    import pyarrow as pa
-
-    return pa.schema([
-        ("index", pa.int64()), ("time", pa.int64()), ("process", pa.int64()), ("op", pa.int64()),
-        ("type", pa.string()), ("f", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
-        ("value", pa.int64()), ("offset", pa.int64()), ("records", pa.list_(pa.list_(pa.int64()))),
-        ("high_watermark", pa.int64()), ("final", pa.bool_()), ("error", pa.string()),
-        ("node", pa.string()), ("fault", pa.string()), ("phase", pa.string()),
-        ("targets", pa.list_(pa.string())), ("detail", pa.string()),
-    ])
-
-
 def write_parquet(path, events) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schema = parquet_schema()
+    schema = arrow_schema()
     cols = {name: [ev.get(name) for ev in events] for name in schema.names}
     pq.write_table(pa.table(cols, schema=schema), path)
 
