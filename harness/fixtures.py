@@ -187,10 +187,8 @@ def verdict(run_dir: Path, checker: str | None = None) -> dict[str, Any]:
     (also written to RUN_DIR/summary.json, with report.html and junit.xml).
     `checker`: "reference" (the default: plain Python, fast on the small
     histories of a suite) or "spark"; env CHAOSLOG_CHECKER overrides the default."""
-    try:
-        from reports import analyze
-    except ImportError:
-        pytest.skip("the checker (reports.analyze) is not available yet")
+    from reports import analyze
+
     checker = checker or os.environ.get("CHAOSLOG_CHECKER", "reference")
     (v,) = analyze([str(run_dir)], checker=checker)
     if v.summary is None:

@@ -170,10 +170,8 @@ def test_truncate_tail_uses_the_default_partition(tmp_path):
 
 @pytest.fixture
 def proxy_server():
-    try:
-        from faults.proxy.server import ProxyServer
-    except ImportError as e:
-        pytest.skip(f"the proxy is not there yet: {e}")
+    from faults.proxy.server import ProxyServer
+
     server = ProxyServer("127.0.0.1", 0).start_in_thread()
     yield server
     server.stop()
