@@ -8,28 +8,36 @@ tests, a nightly set) costs one set of Spark jobs instead of one per run.
 
 The plan, in the words of the definitions (all "per topic-partition"):
 
-  events --(one shuffle by topic-partition, cached)--> ev
-  ev --(group by op)--> ops: invocation beside completion (outcome, latency,
-                        acknowledged offset, final polls)
-  ev --(posexplode ok polls)--> reads: (process, offset, value) per record
-  sends + reads --(group by partition, value)--> lost, unseen, duplicate,
-                        aborted-read, phantom-read
-  acks + reads --(group by partition, offset)--> inconsistent-offset, and the
-                        offsets known to hold a value
-  poll invocations + reads --(window per partition and process, in index
-                        order)--> re-seeks, nonmonotonic-poll, gaps
+  events --(group by op; validation counted on the way; cached)--> ops:
+                        invocation beside completion (outcome, latency,
+                        acknowledged offset, position, final polls, and a
+                        summary of the records: count, first, last, highest
+                        offset, whether consecutive)
+  events --(posexplode ok polls)--> reads: (process, offset, value) per record
+  acks + reads --(group by partition, offset, value; cached)--> pairs: how
+                        often each (offset, value) was read, whether acked
+  pairs + sends not ok --(group by partition, value)--> lost, unseen,
+                        duplicate, aborted-read, phantom-read
+  pairs --(group by partition, offset)--> inconsistent-offset, and the offsets
+                        known to hold a value
+  poll ops --(window per partition and process, in index order)--> re-seeks,
+                        nonmonotonic-poll, gaps (record by record only inside
+                        the rare polls whose records are not consecutive)
   gaps + known offsets --(window per partition, by offset)--> poll-skip
 
 Why it is shaped like this (a 2-core machine, >= 250k events/s the goal):
-every later grouping and window is keyed by the topic-partition, so once the
-events are hash-partitioned by it and cached, no further exchange of the big
-data happens. Keys are fixed-width numbers, not strings: `tp` is a 64-bit hash
-of (run, topic, partition) with a dictionary on the driver, `t` and `fn` code
-the event type and function. Only small sides are broadcast. Cached: the
-events, one row per op, one row per record read, and one row per value (each
-read by several jobs); the jobs that list anomalies only run when the counts
-say there are some. After the validation pass, independent sections run as
-concurrent Spark jobs.
+the input is read in full once, for the ops; the reads pass reads only the
+records and their keys, the nemesis and error passes a few columns (a JSONL
+input is parsed once and cached instead). Every read is folded into the pairs
+before anything else looks at it: each record is read by several consumers,
+so the later groupings see a few rows per value, not per read. Keys are
+fixed-width numbers, not strings: `tp` is a 64-bit hash of (run, topic,
+partition) with a dictionary on the driver, `t` and `fn` code the event type
+and function, and which run a row belongs to is a constant of its file's scan,
+never a per-row lookup. Only small sides are broadcast. Cached: the ops, the
+pairs and one row per value (each read by several jobs); the jobs that list
+anomalies only run when the counts say there are some. After the validation,
+independent sections run as concurrent Spark jobs.
 
 `spark-submit reports/spark_checker.py RUN_DIR...` runs the `analyze` command.
 """
@@ -48,7 +56,6 @@ if __name__ == "__main__" and not __package__:
     _sys.path.insert(0, _os.path.dirname(_here))
 
 import json
-import re
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -84,6 +91,8 @@ OUTCOMES = {T_FAIL: "fail", T_INFO: "info", T_OK: "ok"}
 F_SEND, F_POLL, F_NEMESIS = 0, 1, 2
 F_CODES = {"send": F_SEND, "poll": F_POLL, "nemesis": F_NEMESIS}
 F_NAMES = {F_SEND: "send", F_POLL: "poll"}
+# An unknown name codes as -1, which validation rejects: the codes must name every valid one.
+assert set(TYPE_CODES) == set(TYPES) and set(F_CODES) == set(FUNCTIONS)
 
 PERCENTILE_ACCURACY = 10000
 # Detail joins broadcast the flagged side when it has at most this many rows.
@@ -95,7 +104,10 @@ LOCAL_DRIVER_MEMORY = "4g"
 DEFAULT_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.shuffle.partitions": "8",
+    # Cached tables are kept as they are: compressing them costs more CPU than
+    # the memory it saves on one machine (10M events: 4 s more for the ops).
+    "spark.sql.inMemoryColumnarStorage.compressed": "false",
     # Few, predictable stages with explicit broadcasts: re-planning at run time costs more than it saves.
     "spark.sql.adaptive.enabled": "false",
     "spark.sql.session.timeZone": "UTC",
@@ -137,21 +149,23 @@ def get_spark(master: str | None = None, conf: dict | None = None, progress: boo
     return builder.getOrCreate()
 
 
-def _bad_event():
+def _bad_event(t, fn):
     """A boolean column: the event has a problem (`spark_problem_column` is not null).
 
     The same checks as schema.py's, without building the message: the cached
-    events carry only this flag, and the message comes from the plain reader.
+    ops carry only a count, and the message comes from the plain reader. `t`
+    and `fn` are the type and function codes (-1 for an unknown name), so
+    each name is compared once per event.
     """
     from pyspark.sql import functions as F
 
     c = F.col
-    checks = [c(CORRUPT_COLUMN).isNotNull(), ~c("type").isin(*TYPES), ~c("f").isin(*FUNCTIONS)]
+    checks = [c(CORRUPT_COLUMN).isNotNull(), t == -1, fn == -1]
     checks += [c(name).isNull() for name in REQUIRED_ALWAYS]
     for f, type_, names in REQUIRED_BY_KIND:
-        kind = c("f") == f
+        kind = fn == F_CODES[f]
         if type_ is not None:
-            kind = kind & (c("type") == type_)
+            kind = kind & (t == TYPE_CODES[type_])
         checks += [kind & c(name).isNull() for name in names]
     bad_record = F.exists(
         "records", lambda r: r.isNull() | (F.size(r) != 2) | F.exists(r, lambda x: x.isNull())
@@ -226,158 +240,181 @@ class SparkChecker:
 
     # ------------------------------------------------------------------ input
 
-    def _uris(self, path) -> set[str]:
-        """The ways Spark's `_metadata.file_path` may spell a file."""
-        jvm = self.spark._jvm
-        p = jvm.org.apache.hadoop.fs.Path(str(path))
-        fs = p.getFileSystem(self.spark._jsc.hadoopConfiguration())
-        uri = fs.makeQualified(p).toUri().toString()
-        return {uri, re.sub(r"^file:/+", "file:/", uri), re.sub(r"^file:/+", "file:///", uri)}
-
-    def _read_events(self, files: list[tuple[int, object]]):
-        """All files' events, explicitly typed, with `run` (the batch key), `file_id` and codes.
-
-        `files` is [(run key, HistoryFile)]; file_id is the position in it.
-        """
+    def _scan(self, kind: str, paths: list[str]):
+        """The events of some files of one kind, explicitly typed (JSONL: bad lines kept aside)."""
         from pyspark.sql import functions as F
 
-        spark, c = self.spark, F.col
-        # Spark names a file by a URI (file:/x for local files, file:///x from
-        # Hadoop's qualification): the mapping lists both spellings, so the
-        # per-row join needs no string rewriting.
-        mapping = spark.createDataFrame(
-            [(uri, k, i) for i, (k, hf) in enumerate(files) for uri in self._uris(hf.path)],
-            "file string, run int, file_id int",
-        )
-        frames = []
-        jsonl = [str(hf.path) for _, hf in files if hf.kind == "jsonl"]
-        parquet = [str(hf.path) for _, hf in files if hf.kind == "parquet"]
-        if jsonl:
-            frames.append(
-                spark.read.schema(spark_schema(with_corrupt=True))
+        read = self.spark.read
+        if kind == "jsonl":
+            return (
+                read.schema(spark_schema(with_corrupt=True))
                 .option("mode", "PERMISSIVE")
                 .option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
                 .option("allowSingleQuotes", "false")
-                .json(jsonl)
-                .withColumn("file", c("_metadata.file_path"))
+                .json(paths)
             )
-        if parquet:
-            frames.append(
-                spark.read.schema(spark_schema(with_corrupt=False))
-                .parquet(*parquet)
-                .withColumn(CORRUPT_COLUMN, F.lit(None).cast("string"))
-                .withColumn("file", c("_metadata.file_path"))
-            )
-        ev = reduce(lambda a, b: a.unionByName(b), frames)
-        ev = ev.join(F.broadcast(mapping), "file")
-        # A line cut by a crash (no newline, not JSON) was warned about by open_run: drop it.
-        for i, (_k, hf) in enumerate(files):
-            if hf.truncated_tail is not None:
-                cut = (
-                    (c("file_id") == i)
-                    & c(CORRUPT_COLUMN).isNotNull()
-                    & c(CORRUPT_COLUMN).startswith(_decodable_prefix(hf.truncated_tail))
-                )
-                ev = ev.filter(~F.coalesce(cut, F.lit(False)))
-        # Only what the checks read goes through the shuffle and into the cache;
-        # the nemesis fields (a few rows) travel packed in one JSON column. A
-        # poll's furthest offset and record count become plain columns, so the
-        # per-op aggregation never decodes the records arrays ([offset, value]
-        # pairs order by offset first: array_max is the one with the highest offset).
-        ok_poll = (c("f") == "poll") & (c("type") == "ok")
-        # `ev` with the problem text, for naming a malformed event when the plain reader cannot.
-        self.raw = ev.withColumn("problem", spark_problem_column())
-        return ev.select(
-            "run", "file_id", "topic", "partition",
-            F.xxhash64("run", "topic", "partition").alias("tp"),
-            "index", "time", "process", "op",
-            _code(c("type"), TYPE_CODES).alias("t"),
-            _code(c("f"), F_CODES).alias("fn"),
-            "value", "offset", "records", "high_watermark", "final", "error",
-            _bad_event().alias("bad"),
-            F.when(c("f") == "nemesis", F.to_json(F.struct("fault", "phase", "targets", "detail")))
-            .alias("nemesis"),
-            F.when(ok_poll, F.size("records")).alias("rec_n"),
-            F.when(ok_poll, F.get(F.array_max("records"), 0)).alias("rec_max"),
+        return (
+            read.schema(spark_schema(with_corrupt=False))
+            .parquet(*paths)
+            .withColumn(CORRUPT_COLUMN, F.lit(None).cast("string"))
         )
 
-    def _validate(self, ev, runs: dict[int, RunInput], files):
-        """One pass: events per run, the history's end, malformed events per file, the partitions.
+    def _read_events(self, files: list[tuple[int, object]]):
+        """All files' events with `run` (the batch key), codes and the columns the checks read.
 
-        Spark only counts malformed events; the plain reader then names the
-        first one's line (it applies the same rules, schema.py).
-        """
-        from pyspark.sql import functions as F
-
-        rows = self._collect(
-            ev.groupBy("run", "file_id", "tp", "topic", "partition").agg(
-                F.count(F.lit(1)).alias("events"),
-                F.max("time").alias("end_time"),
-                F.sum(F.col("bad").cast("long")).alias("problems"),
-            ),
-            "read and validate",
-        )
-        stats: dict[int, dict] = {k: {"events": 0, "end_time": 0} for k in runs}
-        problems: dict[int, int] = defaultdict(int)
-        for r in rows:
-            s = stats[r.run]
-            s["events"] += r.events
-            s["end_time"] = max(s["end_time"], r.end_time or 0)
-            problems[r.file_id] += r.problems
-            if r.topic is not None and r.partition is not None:
-                seen = self.tps.setdefault(r.tp, (r.run, r.topic, r.partition))
-                if seen != (r.run, r.topic, r.partition):  # a 64-bit hash collision
-                    raise RuntimeError(f"partition key collision: {seen} and {(r.run, r.topic, r.partition)}")
-        errors: dict[int, HistoryError] = {}
-        for file_id in sorted(problems):
-            k, hf = files[file_id]
-            if not problems[file_id] or k in errors:
-                continue
-            try:
-                err = first_problem(hf)
-            except HistoryError as e:  # e.g. an unreadable part file
-                err = e
-            if err is None:  # the two readers disagree: still name the file
-                example = (
-                    self.raw.filter((F.col("file_id") == file_id) & F.col("problem").isNotNull())
-                    .select("problem").limit(1).collect()
-                )
-                why = example[0].problem if example else "malformed events"
-                err = HistoryError(hf.path, None, f"{problems[file_id]} malformed events, e.g.: {why}")
-            errors[k] = err
-        return stats, errors
-
-    # ---------------------------------------------------------------- derived
-
-    def _ops(self, ev):
-        """One row per client op: its invocation and completion side by side.
-
-        Only fixed-width aggregates of fixed-width keys: Spark hash-aggregates it.
+        `files` is [(run key, HistoryFile)]. One scan per run and kind of file,
+        each tagged with its run as a constant: which file a row came from is
+        never looked up per row (a per-row file name cost more than any check).
         """
         from pyspark.sql import functions as F
 
         c = F.col
-        inv = c("t") == T_INVOKE
-        done = c("t") > T_INVOKE
-        ok = c("t") == T_OK
-        return (
-            ev.filter(c("fn").isin(F_SEND, F_POLL))
-            .groupBy("run", "tp", "fn", "op")
-            .agg(
-                F.coalesce(F.min(F.when(inv, c("process"))), F.min("process")).alias("process"),
-                F.min(F.when(inv, c("index"))).alias("inv_index"),
-                F.min(F.when(inv, c("time"))).alias("inv_time"),
-                F.max(F.when(done, c("index"))).alias("comp_index"),
-                F.max(F.when(done, c("time"))).alias("comp_time"),
-                F.max(F.when(done, c("t"))).alias("outcome"),
-                F.coalesce(F.max(F.when(inv, c("value"))), F.max("value")).alias("value"),
-                F.max(F.when(inv, c("offset"))).alias("position"),
-                F.max(F.when(ok & (c("fn") == F_SEND), c("offset"))).alias("ack"),
-                F.max(F.when(ok, c("high_watermark"))).alias("hw"),
-                F.max(F.coalesce(c("final").cast("int"), F.lit(0))).alias("final"),
-                F.max("rec_max").alias("rec_max"),
-                F.max("rec_n").alias("rec_n"),
+        scans = defaultdict(list)
+        for k, hf in files:
+            # A JSONL file whose last line a crash cut gets a scan of its own,
+            # which drops that line (open_run warned about it).
+            own = str(hf.path) if hf.truncated_tail is not None else None
+            scans[(k, hf.kind, own)].append(hf)
+        frames = []
+        for (k, kind, own), hfs in scans.items():
+            df = self._scan(kind, [str(hf.path) for hf in hfs])
+            if own is not None:
+                cut = c(CORRUPT_COLUMN).isNotNull() & c(CORRUPT_COLUMN).startswith(
+                    _decodable_prefix(hfs[0].truncated_tail)
+                )
+                df = df.filter(~F.coalesce(cut, F.lit(False)))
+            frames.append(df.withColumn("run", F.lit(k)))
+        ev = reduce(lambda a, b: a.unionByName(b), frames)
+        # Only fixed-width columns of what the checks read, plus the records;
+        # the nemesis fields (a few rows) travel packed in one JSON column. An
+        # ok poll's records also become plain columns (count, first, last and
+        # highest offset, and whether they are consecutive), so the per-op
+        # aggregation never decodes the arrays ([offset, value] pairs order by
+        # offset first: array_max is the one with the highest offset).
+        t, fn = _code(c("type"), TYPE_CODES), _code(c("f"), F_CODES)
+        ok_poll = (fn == F_POLL) & (t == T_OK)
+        n = F.size("records")
+        first = F.get(F.get(c("records"), 0), 0)
+        last = F.get(F.get(c("records"), n - 1), 0)
+        # Records of one poll must be consecutive offsets; the rare poll that
+        # is not gets a record-by-record look in _sequence_anomalies.
+        jumps = (n > 1) & (
+            F.transform("records", lambda r: r[0]) != F.sequence(first, first + n - 1)
+        )
+        return ev.select(
+            "run", "topic", "partition",
+            F.xxhash64("run", "topic", "partition").alias("tp"),
+            "index", "time", "process", "op",
+            t.alias("t"),
+            fn.alias("fn"),
+            "value", "offset", "records", "high_watermark", "final", "error",
+            _bad_event(t, fn).alias("bad"),
+            F.when(fn == F_NEMESIS, F.to_json(F.struct("fault", "phase", "targets", "detail")))
+            .alias("nemesis"),
+            F.when(ok_poll, n).alias("rec_n"),
+            F.when(ok_poll, F.get(F.array_max("records"), 0)).alias("rec_max"),
+            F.when(ok_poll & (n > 0), first).alias("rec_first"),
+            F.when(ok_poll & (n > 0), last).alias("rec_last"),
+            F.when(ok_poll, jumps.cast("int")).alias("rec_jumps"),
+        )
+
+    def _validate(self, ops, runs: dict[int, RunInput]):
+        """Events per run, the history's end, malformed events per run, the partitions.
+
+        A small aggregation of the cached ops (which count their events and
+        their malformed ones). Spark only counts; the plain reader then names
+        the first malformed event's file and line (it applies the same rules,
+        schema.py).
+        """
+        from pyspark.sql import functions as F
+
+        rows = self._collect(
+            ops.groupBy("run", "tp", "topic", "partition").agg(
+                F.sum("events").alias("events"),
+                F.max("end_time").alias("end_time"),
+                F.sum("bad").alias("bad"),
+            ),
+            "validate",
+        )
+        stats: dict[int, dict] = {k: {"events": 0, "end_time": 0} for k in runs}
+        bad: dict[int, int] = defaultdict(int)
+        for r in rows:
+            s = stats[r.run]
+            s["events"] += r.events
+            s["end_time"] = max(s["end_time"], r.end_time or 0)
+            bad[r.run] += r.bad
+            if r.topic is not None and r.partition is not None:
+                seen = self.tps.setdefault(r.tp, (r.run, r.topic, r.partition))
+                if seen != (r.run, r.topic, r.partition):  # a 64-bit hash collision
+                    raise RuntimeError(f"partition key collision: {seen} and {(r.run, r.topic, r.partition)}")
+        return stats, {k: self._first_problem(runs[k], n) for k, n in sorted(bad.items()) if n}
+
+    def _first_problem(self, run: RunInput, n: int) -> HistoryError:
+        """The error naming a run's first malformed event (Spark counted `n`)."""
+        from pyspark.sql import functions as F
+
+        for hf in run.files:
+            try:
+                err = first_problem(hf)
+            except HistoryError as e:  # e.g. an unreadable part file
+                return e
+            if err is not None:
+                return err
+        # The two readers disagree: still name a file and the problem.
+        for hf in run.files:
+            example = (
+                self._scan(hf.kind, [str(hf.path)]).select(spark_problem_column().alias("problem"))
+                .filter(F.col("problem").isNotNull()).limit(1).collect()
             )
+            if example:
+                return HistoryError(hf.path, None, f"{n} malformed events, e.g.: {example[0].problem}")
+        return HistoryError(run.files[0].path, None, f"{n} malformed events")
+
+    # ---------------------------------------------------------------- derived
+
+    def _ops(self, ev):
+        """One row per op (client or nemesis): its invocation and completion side by side.
+
+        Also what validation needs (events, the last time, the first file with
+        a malformed event), so that one pass over the input does both. Only
+        fixed-width aggregates (Spark hash-aggregates them) and plain min/max
+        where the rules of history-format.md make them exact: an invocation
+        (t = 0) comes before its one completion (t > 0), so the least index
+        and time are the invocation's and the greatest the completion's; only
+        an ok send carries an acknowledged offset and only a poll invocation a
+        position, so one `offset` column holds both.
+        """
+        from pyspark.sql import functions as F
+
+        c = F.col
+        ops = ev.groupBy("run", "tp", "topic", "partition", "op").agg(
+            F.max("fn").alias("fn"),
+            F.count(F.lit(1)).alias("events"),
+            F.sum(c("bad").cast("int")).alias("bad"),
+            F.min("t").alias("t_min"),
+            F.max("t").alias("t_max"),
+            F.min("index").alias("i_min"),
+            F.max("index").alias("i_max"),
+            F.min("time").alias("time_min"),
+            F.max("time").alias("end_time"),
+            F.min("process").alias("process"),
+            F.max("value").alias("value"),
+            F.max("offset").alias("offset"),
+            F.max("high_watermark").alias("hw"),
+            F.max(F.coalesce(c("final").cast("int"), F.lit(0))).alias("final"),
+            *[F.max(x).alias(x) for x in ("rec_n", "rec_max", "rec_first", "rec_last", "rec_jumps")],
+        )
+        invoked, done = c("t_min") == T_INVOKE, c("t_max") > T_INVOKE
+        return ops.select(
+            "run", "tp", "topic", "partition", "op", "fn", "events", "bad", "end_time",
+            "process", "value", "hw", "final", "rec_n", "rec_max", "rec_first", "rec_last", "rec_jumps",
+            F.when(invoked, c("i_min")).alias("inv_index"),
+            F.when(invoked, c("time_min")).alias("inv_time"),
+            F.when(done, c("i_max")).alias("comp_index"),
+            F.when(done, c("end_time")).alias("comp_time"),
+            F.when(done, c("t_max")).alias("outcome"),
+            F.when((c("fn") == F_SEND) & (c("t_max") == T_OK), c("offset")).alias("ack"),
+            F.when(c("fn") == F_POLL, c("offset")).alias("position"),
         )
 
     def _reads(self, ev):
@@ -399,26 +436,34 @@ class SparkChecker:
         from pyspark.sql import functions as F
 
         todo = dict(enumerate(runs))
-        parts = int(self.spark.conf.get("spark.sql.shuffle.partitions"))
         files = [(k, hf) for k, run in todo.items() for hf in run.files]
-        # The one wide shuffle, by topic-partition (see the module docstring).
-        ev = self._persist(self._read_events(files).repartition(parts, "tp"))
-        stats, errors = self._validate(ev, todo, files)
+        ev = self._read_events(files)
+        if any(hf.kind == "jsonl" for _, hf in files):
+            # Parsing JSON costs more than keeping its result: parse once. A
+            # Parquet input is read again by each pass instead, only the
+            # columns that pass needs.
+            ev = self._persist(ev)
+        # The one pass over every event, validation included (see the module docstring).
+        ops = self._persist(self._ops(ev))
+        stats, errors = self._validate(ops, todo)
         good = [k for k in todo if k not in errors]
         results: dict[int, Findings | HistoryError] = dict(errors)
         if not good:
             return [results[k] for k in range(len(runs))]
         if errors:
             ev = ev.filter(F.col("run").isin(good))
-        self.ev = ev.drop("bad", "file_id", "topic", "partition")
+            ops = ops.filter(F.col("run").isin(good))
+        self.ev = ev.drop("bad", "topic", "partition")
+        self.ops = ops.filter(F.col("fn").isin(F_SEND, F_POLL)).drop(
+            "events", "bad", "end_time", "topic", "partition"
+        )
         self.tp_names = self.spark.createDataFrame(
             [(tp, run, topic, partition) for tp, (run, topic, partition) in self.tps.items()],
             "tp long, trun int, topic string, partition int",
         ).drop("trun")
-        self.ops = self._persist(self._ops(self.ev))
-        # Cached: four sections read the records, and exploding the nested
-        # arrays again each time costs more than keeping flat rows.
-        self.reads = self._persist(self._reads(self.ev))
+        # Not cached: read again only by the rare jobs that list an anomaly's reads.
+        self.reads = self._reads(self.ev)
+        self.pairs = self._persist(self._pairs())
 
         findings = {}
         for k in good:
@@ -429,7 +474,7 @@ class SparkChecker:
             f.counts = empty_counts()
             findings[k] = f
 
-        seen, offsets = self._offsets()
+        offsets = self._offsets()
         # Independent sections (each fills its own fields of the findings) run
         # as concurrent Spark jobs: one job's fixed costs and last straggling
         # task overlap with another's work, so both cores stay busy.
@@ -437,7 +482,7 @@ class SparkChecker:
             self._latency,
             lambda: self._value_anomalies(findings, self._op_statistics(findings)),
             lambda: (self._nemesis(findings), self._errors_and_windows(findings)),
-            lambda: self._offset_anomalies(findings, seen, offsets),
+            lambda: self._offset_anomalies(findings, offsets),
             lambda: self._sequence_anomalies(findings, offsets),
         ]
         from pyspark.util import inheritable_thread_target
@@ -655,44 +700,68 @@ class SparkChecker:
             if outcome != "ok":
                 w["errors"][fn][outcome][r.error] = r["count"]
 
+    def _pairs(self):
+        """One row per (partition, offset, value) acknowledged or read: how often read, whether acked.
+
+        Every consumer reads most records, so this is several times smaller
+        than the reads, and both the value checks and the offset checks
+        start from it.
+        """
+        from pyspark.sql import functions as F
+
+        c = F.col
+        acks = self.ops.filter((c("fn") == F_SEND) & (c("outcome") == T_OK)).select(
+            "run", "tp", c("ack").alias("offset"), "value", F.lit(1).alias("is_ack"), F.lit(0).alias("r"),
+        )
+        reads = self.reads.select("run", "tp", "offset", "value", F.lit(0).alias("is_ack"), F.lit(1).alias("r"))
+        return acks.unionByName(reads).groupBy("run", "tp", "offset", "value").agg(
+            F.max("is_ack").alias("acked"), F.sum("r").alias("reads")
+        )
+
+    def _sends(self):
+        """Each send's value with the op that sent it (for the details of value anomalies)."""
+        from pyspark.sql import functions as F
+
+        c = F.col
+        return self.ops.filter(c("fn") == F_SEND).select(
+            "run", "tp", "value", c("op").alias("send_op"), c("process").alias("send_process"),
+            c("comp_time").alias("send_time"), c("comp_index").alias("send_index"),
+        )
+
     def _value_anomalies(self, findings, tp_rows):
-        """Per (partition, value): lost, unseen, duplicate, aborted-read, phantom-read."""
+        """Per (partition, value): lost, unseen, duplicate, aborted-read, phantom-read.
+
+        An ok send is in the pairs (acked); the sends that are not ok come
+        from the ops. Only values with something to report meet their send op again.
+        """
         from pyspark.sql import functions as F
 
         c = F.col
         none = F.lit(None).cast("long")
-        sends = self.ops.filter(c("fn") == F_SEND).select(
-            "run", "tp", "value", F.lit(1).alias("is_send"), "outcome", "ack",
-            c("op").alias("send_op"), c("process").alias("send_process"),
-            c("comp_time").alias("send_time"), c("comp_index").alias("send_index"),
-            none.alias("r_offset"),
-        )
-        reads = self.reads.select(
-            "run", "tp", "value", F.lit(0).alias("is_send"), F.lit(None).cast("int").alias("outcome"),
-            none.alias("ack"), none.alias("send_op"), none.alias("send_process"),
-            none.alias("send_time"), none.alias("send_index"), c("offset").alias("r_offset"),
+        not_ok = self.ops.filter(
+            (c("fn") == F_SEND) & (c("outcome").isNull() | (c("outcome") != T_OK))
+        ).select("run", "tp", "value", none.alias("offset"), F.lit(0).alias("acked"),
+                 F.lit(0).cast("long").alias("reads"), F.lit(1).alias("sent"), "outcome")
+        seen = self.pairs.select(
+            "run", "tp", "value", "offset", "acked", "reads", c("acked").alias("sent"),
+            F.when(c("acked") == 1, T_OK).alias("outcome"),
         )
         vals = (
-            sends.unionByName(reads)
+            seen.unionByName(not_ok)
             .groupBy("run", "tp", "value")
             .agg(
-                F.max("is_send").alias("sent"),
+                F.max("sent").alias("sent"),
                 F.max("outcome").alias("outcome"),
-                F.max("ack").alias("ack"),
-                F.max("send_op").alias("send_op"),
-                F.max("send_process").alias("send_process"),
-                F.max("send_time").alias("send_time"),
-                F.max("send_index").alias("send_index"),
-                F.count("r_offset").alias("reads"),
-                F.min("r_offset").alias("rmin"),
-                F.max("r_offset").alias("rmax"),
+                F.max(F.when(c("acked") == 1, c("offset"))).alias("ack"),
+                F.sum("reads").alias("reads"),
+                F.min(F.when(c("reads") > 0, c("offset"))).alias("rmin"),
+                F.max(F.when(c("reads") > 0, c("offset"))).alias("rmax"),
             )
         )
         top = self.spark.createDataFrame(
             [(r.tp, r.max_read_offset) for r in tp_rows], "tp long, max_read long"
         )
-        # Cached (about one row per value sent): the lists below read it again.
-        vals = self._persist(vals.join(F.broadcast(top), "tp", "left"))
+        vals = vals.join(F.broadcast(top), "tp", "left")
         unread_ack = (c("outcome") == T_OK) & (c("reads") == 0)
         lost = unread_ack & c("max_read").isNotNull() & (c("max_read") >= c("ack"))
         vals = vals.withColumn(
@@ -702,6 +771,8 @@ class SparkChecker:
             .when((c("reads") > 0) & (c("sent") == 0), "phantom-read")
             .when((c("reads") > 0) & (c("outcome") == T_FAIL), "aborted-read"),
         ).withColumn("dup", c("rmin") != c("rmax"))
+        # Cached (about one row per value): the counts and the lists below read it.
+        vals = self._persist(vals)
         counts = self._collect(
             vals.groupBy("run").agg(
                 F.count(F.when(c("reads") > 0, 1)).alias("read"),
@@ -718,9 +789,13 @@ class SparkChecker:
             n_flag += r["phantom-read"] + r["aborted-read"] + r.duplicate
         if not (n_lu or n_flag):
             return
-        # Not cached: the per-value table is as big as the history. Only the
-        # values with something to report are, once the counts say there are some.
-        flagged = self._persist(self._named(vals.filter(c("vkind").isNotNull() | c("dup"))))
+        # Only the values with something to report, with their send op if any.
+        flagged = vals.filter(c("vkind").isNotNull() | c("dup"))
+        keys = ["run", "tp", "value"]
+        sent = self._sends().join(self._small(flagged.select(*keys), n_lu + n_flag), keys)
+        flagged = self._persist(
+            self._named(flagged.join(self._small(sent, n_lu + n_flag), keys, "left"))
+        )
         if n_lu:
             # lost and unseen: everything is on the value row.
             lu = self._collect(
@@ -784,7 +859,15 @@ class SparkChecker:
             })
 
     def _offsets(self):
-        """Acknowledgements and reads by offset; per (partition, offset) the least and greatest value."""
+        """Per (partition, offset) acknowledged or read: the least and greatest value seen there."""
+        from pyspark.sql import functions as F
+
+        return self.pairs.groupBy("run", "tp", "offset").agg(
+            F.min("value").alias("vmin"), F.max("value").alias("vmax")
+        )
+
+    def _seen(self):
+        """Acknowledgements and reads, one row each, with the op that saw them."""
         from pyspark.sql import functions as F
 
         c = F.col
@@ -796,13 +879,9 @@ class SparkChecker:
             "run", "tp", "offset", "value", c("index").alias("idx"), "time", "op", "process",
             F.lit(0).alias("is_ack"),
         )
-        seen = acks.unionByName(reads)
-        offsets = seen.groupBy("run", "tp", "offset").agg(
-            F.min("value").alias("vmin"), F.max("value").alias("vmax")
-        )
-        return seen, offsets
+        return acks.unionByName(reads)
 
-    def _offset_anomalies(self, findings, seen, offsets):
+    def _offset_anomalies(self, findings, offsets):
         """Per (partition, offset): inconsistent-offset."""
         from pyspark.sql import functions as F
 
@@ -813,7 +892,7 @@ class SparkChecker:
             return
         bad = self._persist(bad)
         detail = (
-            seen.join(self._small(bad, n_bad), ["run", "tp", "offset"])
+            self._seen().join(self._small(bad, n_bad), ["run", "tp", "offset"])
             .groupBy("run", "tp", "offset", "value")
             .agg(
                 F.min("idx").alias("first"),
@@ -850,61 +929,82 @@ class SparkChecker:
         with no re-seek between them must increase by exactly one, unless no
         read or acknowledgement shows a value strictly between them.
 
-        Window functions over (partition, process) ordered by index (and
-        position within a poll), all sharing one sort: the last record before
-        each row (its offset and its op), then whether a re-seek came after it
-        (the last "marker" before a record: 1 = a record, 2 = a re-seeking
-        invocation).
+        One row per poll, not per record: a poll's records are checked among
+        themselves where they are made (`rec_jumps`: not consecutive), so the
+        windows over (partition, process) in index order only link each poll's
+        first record to the last record before it: that record's offset and op,
+        and whether a re-seek came after it (the last "marker" before: 1 = a
+        poll that returned records, 2 = a re-seeking one that returned none;
+        a poll that re-seeks itself breaks the chain at its own first record).
+        Only the rare polls that jump inside are looked at record by record.
         """
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
         c = F.col
-        none = F.lit(None).cast("long")
-        # An invocation without a position continues where the consumer is: it
-        # can never be a re-seek, and leaving it out changes nothing below.
-        invokes = self.ev.filter(
-            (c("fn") == F_POLL) & (c("t") == T_INVOKE) & c("offset").isNotNull()
-        ).select(
-            "run", "tp", "process", "op", "time", c("index").alias("ord"), F.lit(-1).alias("pos"),
-            c("offset").alias("position"), none.alias("returned"),
+        has_recs = c("rec_n") > 0
+        polls = self.ops.filter(c("fn") == F_POLL).select(
+            "run", "tp", "process", "op", "position", "comp_index", "comp_time",
+            F.coalesce("inv_index", "comp_index").alias("ord"),
+            *[F.when(c("outcome") == T_OK, c(x)).alias(x) for x in ("rec_n", "rec_first", "rec_last", "rec_jumps")],
         )
-        records = self.reads.select(
-            "run", "tp", "process", "op", "time", c("index").alias("ord"), "pos",
-            none.alias("position"), c("offset").alias("returned"),
-        )
-        w = Window.partitionBy("tp", "process").orderBy("ord", "pos")
+        w = Window.partitionBy("tp", "process").orderBy("ord")
         before = w.rowsBetween(Window.unboundedPreceding, -1)
-        is_rec = c("returned").isNotNull()
-        seq = (
-            invokes.unionByName(records)
-            .withColumn("previous", F.last("returned", ignorenulls=True).over(before))
-            .withColumn("previous_op", F.last(F.when(is_rec, c("op")), ignorenulls=True).over(before))
-        )
+        seq = polls.withColumn(
+            "previous", F.last(F.when(has_recs, c("rec_last")), ignorenulls=True).over(before)
+        ).withColumn("previous_op", F.last(F.when(has_recs, c("op")), ignorenulls=True).over(before))
         reseek = c("position").isNotNull() & c("previous").isNotNull() & (
             c("position") != c("previous") + 1
         )
-        seq = seq.withColumn("marker", F.when(is_rec, 1).when(reseek, 2)).withColumn(
-            "last_marker", F.last("marker", ignorenulls=True).over(before)
+        seq = seq.withColumn("reseek", reseek).withColumn(
+            "last_marker", F.last(F.when(has_recs, 1).when(c("reseek"), 2), ignorenulls=True).over(before)
         )
-        chained = is_rec & c("previous").isNotNull() & (c("last_marker") == 1)
-        flagged = (
+        chained = has_recs & c("previous").isNotNull() & ~c("reseek") & (c("last_marker") == 1)
+        first = (
             seq.withColumn(
                 "kind",
-                F.when(chained & (c("returned") <= c("previous")), "nonmonotonic-poll").when(
-                    chained & (c("returned") > c("previous") + 1), "gap"
+                F.when(chained & (c("rec_first") <= c("previous")), "nonmonotonic-poll").when(
+                    chained & (c("rec_first") > c("previous") + 1), "gap"
                 ),
             )
             .filter(c("kind").isNotNull())
             .select(
-                "run", "tp", "process", c("returned").alias("offset"), "previous", "op",
-                "previous_op", c("ord").alias("index"), "time", "kind",
+                "run", "tp", "process", c("rec_first").alias("offset"), "previous", "op",
+                "previous_op", c("comp_index").alias("index"), c("comp_time").alias("time"), "kind",
             )
         )
-        flagged = self._persist(flagged)
-        counts = self._collect(flagged.groupBy("kind").count(), "poll sequences")
-        n_nonmono = sum(r["count"] for r in counts if r.kind == "nonmonotonic-poll")
-        n_gaps = sum(r["count"] for r in counts if r.kind == "gap")
+        flagged = self._persist(first)
+        jumping = self._persist(polls.filter(c("rec_jumps") == 1).select("run", "op"))
+        counts = self._collect(
+            flagged.groupBy("kind").count().unionByName(
+                jumping.groupBy().count().select(F.lit("jumping").alias("kind"), "count")
+            ),
+            "poll sequences",
+        )
+        n = {r.kind: r["count"] for r in counts}
+        if n.get("jumping"):
+            # Record by record inside the polls that jump: each record after the first against the one before it.
+            within = Window.partitionBy("run", "op").orderBy("pos")
+            inside = (
+                self.reads.join(self._small(jumping, n["jumping"]), ["run", "op"])
+                .withColumn("previous", F.lag("offset").over(within))
+                .withColumn(
+                    "kind",
+                    F.when(c("offset") <= c("previous"), "nonmonotonic-poll").when(
+                        c("offset") > c("previous") + 1, "gap"
+                    ),
+                )
+                .filter(c("kind").isNotNull())
+                .select(
+                    "run", "tp", "process", "offset", "previous", "op", c("op").alias("previous_op"),
+                    "index", "time", "kind",
+                )
+            )
+            inside = self._persist(inside)
+            for r in self._collect(inside.groupBy("kind").count(), "poll sequences inside polls"):
+                n[r.kind] = n.get(r.kind, 0) + r["count"]
+            flagged = flagged.unionByName(inside)
+        n_nonmono, n_gaps = n.get("nonmonotonic-poll", 0), n.get("gap", 0)
         order = ["topic", "partition", "process", "index", "offset", "previous"]
         fields = ["topic", "partition", "process", "offset", "previous", "op", "previous_op", "index", "time"]
         if n_nonmono:
