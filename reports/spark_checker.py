@@ -33,8 +33,8 @@ before anything else looks at it: each record is read by several consumers,
 so the later groupings see a few rows per value, not per read. Keys are
 fixed-width numbers, not strings: `tp` is a 64-bit hash of (run, topic,
 partition) with a dictionary on the driver, `t` and `fn` code the event type
-and function, and which run a row belongs to is a constant of its file's scan,
-never a per-row lookup. Only small sides are broadcast. Cached: the ops, the
+and function (each name is compared once per event). Only small sides are
+broadcast. Cached: the ops, the
 pairs and one row per value (each read by several jobs); the jobs that list
 anomalies only run when the counts say there are some. After the validation,
 independent sections run as concurrent Spark jobs.
@@ -56,6 +56,7 @@ if __name__ == "__main__" and not __package__:
     _sys.path.insert(0, _os.path.dirname(_here))
 
 import json
+import re
 import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -104,7 +105,7 @@ LOCAL_DRIVER_MEMORY = "4g"
 DEFAULT_CONF = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
-    "spark.sql.shuffle.partitions": "8",
+    "spark.sql.shuffle.partitions": "4",
     # Cached tables are kept as they are: compressing them costs more CPU than
     # the memory it saves on one machine (10M events: 4 s more for the ops).
     "spark.sql.inMemoryColumnarStorage.compressed": "false",
@@ -259,32 +260,46 @@ class SparkChecker:
             .withColumn(CORRUPT_COLUMN, F.lit(None).cast("string"))
         )
 
+    def _uris(self, path) -> set[str]:
+        """The ways Spark's `_metadata.file_path` may spell a file."""
+        jvm = self.spark._jvm
+        p = jvm.org.apache.hadoop.fs.Path(str(path))
+        fs = p.getFileSystem(self.spark._jsc.hadoopConfiguration())
+        uri = fs.makeQualified(p).toUri().toString()
+        return {uri, re.sub(r"^file:/+", "file:/", uri), re.sub(r"^file:/+", "file:///", uri)}
+
     def _read_events(self, files: list[tuple[int, object]]):
         """All files' events with `run` (the batch key), codes and the columns the checks read.
 
-        `files` is [(run key, HistoryFile)]. One scan per run and kind of file,
-        each tagged with its run as a constant: which file a row came from is
-        never looked up per row (a per-row file name cost more than any check).
+        `files` is [(run key, HistoryFile)]. One scan per kind of file, so that
+        Spark packs many small histories into few tasks (a batch of runs is
+        the common case); each row finds its run by its file's name.
         """
         from pyspark.sql import functions as F
 
         c = F.col
-        scans = defaultdict(list)
-        for k, hf in files:
-            # A JSONL file whose last line a crash cut gets a scan of its own,
-            # which drops that line (open_run warned about it).
-            own = str(hf.path) if hf.truncated_tail is not None else None
-            scans[(k, hf.kind, own)].append(hf)
-        frames = []
-        for (k, kind, own), hfs in scans.items():
-            df = self._scan(kind, [str(hf.path) for hf in hfs])
-            if own is not None:
-                cut = c(CORRUPT_COLUMN).isNotNull() & c(CORRUPT_COLUMN).startswith(
-                    _decodable_prefix(hfs[0].truncated_tail)
+        # Spark names a file by a URI (file:/x for local files, file:///x from
+        # Hadoop's qualification): the mapping lists both spellings, so the
+        # per-row join needs no string rewriting.
+        mapping = self.spark.createDataFrame(
+            [(uri, k, i) for i, (k, hf) in enumerate(files) for uri in self._uris(hf.path)],
+            "file string, run int, file_id int",
+        )
+        frames = [
+            self._scan(kind, paths).withColumn("file", c("_metadata.file_path"))
+            for kind in ("jsonl", "parquet")
+            if (paths := [str(hf.path) for _, hf in files if hf.kind == kind])
+        ]
+        ev = reduce(lambda a, b: a.unionByName(b), frames).join(F.broadcast(mapping), "file")
+        # A line cut by a crash (no newline, not JSON) was warned about by open_run: drop it.
+        for i, (_k, hf) in enumerate(files):
+            if hf.truncated_tail is not None:
+                cut = (
+                    (c("file_id") == i)
+                    & c(CORRUPT_COLUMN).isNotNull()
+                    & c(CORRUPT_COLUMN).startswith(_decodable_prefix(hf.truncated_tail))
                 )
-                df = df.filter(~F.coalesce(cut, F.lit(False)))
-            frames.append(df.withColumn("run", F.lit(k)))
-        ev = reduce(lambda a, b: a.unionByName(b), frames)
+                ev = ev.filter(~F.coalesce(cut, F.lit(False)))
         # Only fixed-width columns of what the checks read, plus the records;
         # the nemesis fields (a few rows) travel packed in one JSON column. An
         # ok poll's records also become plain columns (count, first, last and
