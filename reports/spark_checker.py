@@ -34,10 +34,10 @@ so the later groupings see a few rows per value, not per read. Keys are
 fixed-width numbers, not strings: `tp` is a 64-bit hash of (run, topic,
 partition) with a dictionary on the driver, `t` and `fn` code the event type
 and function (each name is compared once per event). Only small sides are
-broadcast. Cached: the ops, the
-pairs and one row per value (each read by several jobs); the jobs that list
-anomalies only run when the counts say there are some. After the validation,
-independent sections run as concurrent Spark jobs.
+broadcast. Cached: the ops, the pairs and one row per value (each read by
+several jobs); the jobs that list anomalies only run when the counts say
+there are some. After the validation, independent sections run as concurrent
+Spark jobs.
 
 `spark-submit reports/spark_checker.py RUN_DIR...` runs the `analyze` command.
 """
