@@ -174,7 +174,7 @@ def spark_context(checker, requests: dict[int, dict], per_key: int = PER_KEY) ->
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from reports.spark_checker import F_NAMES, F_SEND, OUTCOMES, T_OK
+    from reports.spark_checker import F_NAMES, OUTCOMES
 
     spark = checker.spark
     out = {k: empty_context() for k in requests}
@@ -222,10 +222,7 @@ def spark_context(checker, requests: dict[int, dict], per_key: int = PER_KEY) ->
 
     fetch("reads_of", checker.reads, "value")
     fetch("reads_at", checker.reads, "offset")
-    acks = checker.ops.filter((c("fn") == F_SEND) & (c("outcome") == T_OK)).select(
-        "run", "tp", "process", "op", c("comp_index").alias("index"), c("comp_time").alias("time"),
-        c("ack").alias("offset"), "value",
-    )
+    acks = checker.acks()
     fetch("acks_at", acks, "offset")
     for ctx in out.values():
         for name in ("reads_of", "reads_at", "acks_at"):

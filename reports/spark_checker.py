@@ -172,7 +172,7 @@ def _bad_event(t, fn):
         "records", lambda r: r.isNull() | (F.size(r) != 2) | F.exists(r, lambda x: x.isNull())
     )
     checks.append(c("records").isNotNull() & bad_record)
-    # a null check (e.g. `type` null in isin) never hides a true one: OR is true if any is
+    # three-valued logic: a null check never hides a true one (OR is true if any is)
     return F.coalesce(reduce(lambda a, b: a | b, checks), F.lit(False))
 
 
@@ -715,6 +715,16 @@ class SparkChecker:
             if outcome != "ok":
                 w["errors"][fn][outcome][r.error] = r["count"]
 
+    def acks(self):
+        """Every acknowledged send: its offset and value, and the op that got the ack (index, time)."""
+        from pyspark.sql import functions as F
+
+        c = F.col
+        return self.ops.filter((c("fn") == F_SEND) & (c("outcome") == T_OK)).select(
+            "run", "tp", c("ack").alias("offset"), "value", c("comp_index").alias("index"),
+            c("comp_time").alias("time"), "op", "process",
+        )
+
     def _pairs(self):
         """One row per (partition, offset, value) acknowledged or read: how often read, whether acked.
 
@@ -724,10 +734,7 @@ class SparkChecker:
         """
         from pyspark.sql import functions as F
 
-        c = F.col
-        acks = self.ops.filter((c("fn") == F_SEND) & (c("outcome") == T_OK)).select(
-            "run", "tp", c("ack").alias("offset"), "value", F.lit(1).alias("is_ack"), F.lit(0).alias("r"),
-        )
+        acks = self.acks().select("run", "tp", "offset", "value", F.lit(1).alias("is_ack"), F.lit(0).alias("r"))
         reads = self.reads.select("run", "tp", "offset", "value", F.lit(0).alias("is_ack"), F.lit(1).alias("r"))
         return acks.unionByName(reads).groupBy("run", "tp", "offset", "value").agg(
             F.max("is_ack").alias("acked"), F.sum("r").alias("reads")
@@ -886,9 +893,9 @@ class SparkChecker:
         from pyspark.sql import functions as F
 
         c = F.col
-        acks = self.ops.filter((c("fn") == F_SEND) & (c("outcome") == T_OK)).select(
-            "run", "tp", c("ack").alias("offset"), "value", c("comp_index").alias("idx"),
-            c("comp_time").alias("time"), "op", "process", F.lit(1).alias("is_ack"),
+        acks = self.acks().select(
+            "run", "tp", "offset", "value", c("index").alias("idx"), "time", "op", "process",
+            F.lit(1).alias("is_ack"),
         )
         reads = self.reads.select(
             "run", "tp", "offset", "value", c("index").alias("idx"), "time", "op", "process",
