@@ -278,19 +278,28 @@ class SparkChecker:
         from pyspark.sql import functions as F
 
         c = F.col
-        # Spark names a file by a URI (file:/x for local files, file:///x from
-        # Hadoop's qualification): the mapping lists both spellings, so the
-        # per-row join needs no string rewriting.
-        mapping = self.spark.createDataFrame(
-            [(uri, k, i) for i, (k, hf) in enumerate(files) for uri in self._uris(hf.path)],
-            "file string, run int, file_id int",
-        )
+        # One run and nothing to cut: no file names (spelling one per row
+        # costs about a second per pass over 10M events).
+        by_name = len({k for k, _ in files}) > 1 or any(hf.truncated_tail is not None for _, hf in files)
         frames = [
-            self._scan(kind, paths).withColumn("file", c("_metadata.file_path"))
+            self._scan(kind, paths)
             for kind in ("jsonl", "parquet")
             if (paths := [str(hf.path) for _, hf in files if hf.kind == kind])
         ]
-        ev = reduce(lambda a, b: a.unionByName(b), frames).join(F.broadcast(mapping), "file")
+        if by_name:
+            frames = [f.withColumn("file", c("_metadata.file_path")) for f in frames]
+        ev = reduce(lambda a, b: a.unionByName(b), frames)
+        if by_name:
+            # Spark names a file by a URI (file:/x for local files, file:///x from
+            # Hadoop's qualification): the mapping lists both spellings, so the
+            # per-row join needs no string rewriting.
+            mapping = self.spark.createDataFrame(
+                [(uri, k, i) for i, (k, hf) in enumerate(files) for uri in self._uris(hf.path)],
+                "file string, run int, file_id int",
+            )
+            ev = ev.join(F.broadcast(mapping), "file")
+        else:
+            ev = ev.withColumn("run", F.lit(files[0][0]))
         # A line cut by a crash (no newline, not JSON) was warned about by open_run: drop it.
         for i, (_k, hf) in enumerate(files):
             if hf.truncated_tail is not None:
@@ -323,6 +332,8 @@ class SparkChecker:
             t.alias("t"),
             fn.alias("fn"),
             "value", "offset", "records", "high_watermark", "final", "error",
+            # errors travel through the ops as a code (a hash; _names has the text)
+            F.when(c("error").isNotNull(), F.xxhash64("error")).alias("err"),
             _bad_event(t, fn).alias("bad"),
             F.when(fn == F_NEMESIS, F.to_json(F.struct("fault", "phase", "targets", "detail")))
             .alias("nemesis"),
@@ -333,23 +344,83 @@ class SparkChecker:
             F.when(ok_poll, jumps.cast("int")).alias("rec_jumps"),
         )
 
-    def _validate(self, ops, runs: dict[int, RunInput]):
-        """Events per run, the history's end, malformed events per run, the partitions.
+    def _names(self, ev, firsts: set[int]):
+        """What the ops carry only as codes, from the few events that tell it.
 
-        A small aggregation of the cached ops (which count their events and
-        their malformed ones). Spark only counts; the plain reader then names
-        the first malformed event's file and line (it applies the same rules,
-        schema.py).
+        The name of each partition key (`tp`: the events at `firsts`, the
+        first index of each), the text of each error code (`err`), and the
+        nemesis events. Strings stay out of the ops: grouping and caching
+        64-bit codes is cheaper; and a filter before the distinct is much
+        cheaper than a distinct of every event.
         """
         from pyspark.sql import functions as F
 
+        c = F.col
+        nemesis = c("fn") == F_NEMESIS
         rows = self._collect(
-            ops.groupBy("run", "tp", "topic", "partition").agg(
+            ev.filter(nemesis | c("error").isNotNull() | c("index").isin(*sorted(firsts))).select(
+                "run", "tp", "topic", "partition", "err", "error", "nemesis",
+                F.when(nemesis, c("index")).alias("n_index"), F.when(nemesis, c("time")).alias("n_time"),
+            ).distinct(),
+            "partitions, errors and nemesis",
+        )
+        self.error_names: dict[int, str] = {}
+        self.nemesis_events: dict[int, list] = defaultdict(list)
+        for r in rows:
+            if r.topic is not None and r.partition is not None:
+                _same(self.tps, r.tp, (r.run, r.topic, r.partition), "partition")
+            if r.err is not None:
+                _same(self.error_names, r.err, r.error, "error")
+            if r.n_index is not None:
+                self.nemesis_events[r.run].append({"index": r.n_index, "time": r.n_time, **json.loads(r.nemesis)})
+
+    def _partitions(self, ops, runs: dict[int, RunInput]):
+        """Validation, and the figures summary.json gives per partition: one aggregation of the cached ops.
+
+        The ops count their events and their malformed ones, so Spark only
+        sums; the plain reader then names the first malformed event's file
+        and line (it applies the same rules, schema.py). Per (run,
+        topic-partition) also the outcomes by function, furthest offsets and
+        whether the final reads completed (the nemesis's key, a partition of
+        no name, only counts events).
+        """
+        from pyspark.sql import functions as F
+
+        c = F.col
+        send, poll = c("fn") == F_SEND, c("fn") == F_POLL
+        ok = c("outcome") == T_OK
+        final_ok = poll & ok & (c("final") == 1)
+        complete = final_ok & c("hw").isNotNull() & (
+            ((c("rec_n") > 0) & (c("rec_max") >= c("hw") - 1))
+            | ((c("rec_n") == 0) & ((c("hw") == 0) | (c("position") == c("hw"))))
+        )
+
+        def n(cond):
+            return F.sum(F.when(cond, 1).otherwise(0))
+
+        counts = []
+        for fn, is_f in (("send", send), ("poll", poll)):
+            for code, name in OUTCOMES.items():
+                counts.append(n(is_f & (c("outcome") == code)).alias(f"{fn}_{name}"))
+            counts.append(n(is_f & c("outcome").isNull()).alias(f"{fn}_pending"))
+        rows = self._collect(
+            ops.groupBy("run", "tp").agg(
                 F.sum("events").alias("events"),
                 F.max("end_time").alias("end_time"),
                 F.sum("bad").alias("bad"),
+                F.min(F.coalesce("inv_index", "comp_index")).alias("first_index"),
+                n(send).alias("sends"),
+                n(send & ok).alias("acknowledged"),
+                n(poll).alias("polls"),
+                F.sum(F.when(poll & ok, c("rec_n")).otherwise(0)).alias("records"),
+                F.max(F.when(send & ok, c("ack"))).alias("max_ack_offset"),
+                F.max(F.when(poll & ok, c("rec_max"))).alias("max_read_offset"),
+                n(final_ok).alias("final_polls"),
+                F.max(complete.cast("int")).alias("final_complete"),
+                F.max(F.when(final_ok, c("hw"))).alias("final_high_watermark"),
+                *counts,
             ),
-            "validate",
+            "validation and partitions",
         )
         stats: dict[int, dict] = {k: {"events": 0, "end_time": 0} for k in runs}
         bad: dict[int, int] = defaultdict(int)
@@ -358,11 +429,8 @@ class SparkChecker:
             s["events"] += r.events
             s["end_time"] = max(s["end_time"], r.end_time or 0)
             bad[r.run] += r.bad
-            if r.topic is not None and r.partition is not None:
-                seen = self.tps.setdefault(r.tp, (r.run, r.topic, r.partition))
-                if seen != (r.run, r.topic, r.partition):  # a 64-bit hash collision
-                    raise RuntimeError(f"partition key collision: {seen} and {(r.run, r.topic, r.partition)}")
-        return stats, {k: self._first_problem(runs[k], n) for k, n in sorted(bad.items()) if n}
+        errors = {k: self._first_problem(runs[k], n) for k, n in sorted(bad.items()) if n}
+        return stats, errors, rows
 
     def _first_problem(self, run: RunInput, n: int) -> HistoryError:
         """The error naming a run's first malformed event (Spark counted `n`)."""
@@ -390,9 +458,9 @@ class SparkChecker:
     def _ops(self, ev):
         """One row per op (client or nemesis): its invocation and completion side by side.
 
-        Also what validation needs (events, the last time, the first file with
-        a malformed event), so that one pass over the input does both. Only
-        fixed-width aggregates (Spark hash-aggregates them) and plain min/max
+        Also what validation needs (events, malformed events, the last time),
+        so that one pass over the input does both. Only fixed-width keys and
+        aggregates (Spark hash-aggregates them; names are codes) and plain min/max
         where the rules of history-format.md make them exact: an invocation
         (t = 0) comes before its one completion (t > 0), so the least index
         and time are the invocation's and the greatest the completion's; only
@@ -402,7 +470,7 @@ class SparkChecker:
         from pyspark.sql import functions as F
 
         c = F.col
-        ops = ev.groupBy("run", "tp", "topic", "partition", "op").agg(
+        ops = ev.groupBy("run", "tp", "op").agg(
             F.max("fn").alias("fn"),
             F.count(F.lit(1)).alias("events"),
             F.sum(c("bad").cast("int")).alias("bad"),
@@ -417,12 +485,13 @@ class SparkChecker:
             F.max("offset").alias("offset"),
             F.max("high_watermark").alias("hw"),
             F.max(F.coalesce(c("final").cast("int"), F.lit(0))).alias("final"),
+            F.max("err").alias("err"),
             *[F.max(x).alias(x) for x in ("rec_n", "rec_max", "rec_first", "rec_last", "rec_jumps")],
         )
         invoked, done = c("t_min") == T_INVOKE, c("t_max") > T_INVOKE
         return ops.select(
-            "run", "tp", "topic", "partition", "op", "fn", "events", "bad", "end_time",
-            "process", "value", "hw", "final", "rec_n", "rec_max", "rec_first", "rec_last", "rec_jumps",
+            "run", "tp", "op", "fn", "events", "bad", "end_time", "process", "value", "hw", "final",
+            "err", "rec_n", "rec_max", "rec_first", "rec_last", "rec_jumps",
             F.when(invoked, c("i_min")).alias("inv_index"),
             F.when(invoked, c("time_min")).alias("inv_time"),
             F.when(done, c("i_max")).alias("comp_index"),
@@ -460,7 +529,9 @@ class SparkChecker:
             ev = self._persist(ev)
         # The one pass over every event, validation included (see the module docstring).
         ops = self._persist(self._ops(ev))
-        stats, errors = self._validate(ops, todo)
+        stats, errors, tp_rows = self._partitions(ops, todo)
+        self._names(ev, {r.first_index for r in tp_rows if r.first_index is not None})
+        tp_rows = [r for r in tp_rows if r.tp in self.tps]  # (not the nemesis's)
         good = [k for k in todo if k not in errors]
         results: dict[int, Findings | HistoryError] = dict(errors)
         if not good:
@@ -469,9 +540,7 @@ class SparkChecker:
             ev = ev.filter(F.col("run").isin(good))
             ops = ops.filter(F.col("run").isin(good))
         self.ev = ev.drop("bad", "topic", "partition")
-        self.ops = ops.filter(F.col("fn").isin(F_SEND, F_POLL)).drop(
-            "events", "bad", "end_time", "topic", "partition"
-        )
+        self.ops = ops.filter(F.col("fn").isin(F_SEND, F_POLL)).drop("events", "bad", "end_time")
         self.tp_names = self.spark.createDataFrame(
             [(tp, run, topic, partition) for tp, (run, topic, partition) in self.tps.items()],
             "tp long, trun int, topic string, partition int",
@@ -487,16 +556,18 @@ class SparkChecker:
             f.events, f.end_time = stats[k]["events"], stats[k]["end_time"]
             f.warnings = list(run.warnings)
             f.counts = empty_counts()
+            f.windows = fault_windows(self.nemesis_events[k], f.end_time)
             findings[k] = f
+        self._fill_partitions(findings, tp_rows)
 
         offsets = self._offsets()
         # Independent sections (each fills its own fields of the findings) run
         # as concurrent Spark jobs: one job's fixed costs and last straggling
         # task overlap with another's work, so both cores stay busy.
         sections = [
-            self._latency,
-            lambda: self._value_anomalies(findings, self._op_statistics(findings)),
-            lambda: (self._nemesis(findings), self._errors_and_windows(findings)),
+            lambda: self._timeline_and_latency(findings),
+            lambda: self._value_anomalies(findings, tp_rows),
+            lambda: self._errors_and_windows(findings),
             lambda: self._offset_anomalies(findings, offsets),
             lambda: self._sequence_anomalies(findings, offsets),
         ]
@@ -504,11 +575,8 @@ class SparkChecker:
 
         with ThreadPoolExecutor(len(sections)) as pool:
             # (the caller's job group and other local properties go along)
-            futures = [pool.submit(inheritable_thread_target(s)) for s in sections]
-            pct = futures[0].result()  # _latency's
-            for done in futures[1:]:
+            for done in [pool.submit(inheritable_thread_target(s)) for s in sections]:
                 done.result()
-        self._fill_latency(findings, pct)
         for f in findings.values():
             c = f.counts
             c["lost"] = f.anomaly_counts["lost"]
@@ -521,140 +589,80 @@ class SparkChecker:
 
     # -------------------------------------------------------------- sections
 
-    def _nemesis(self, findings):
-        from pyspark.sql import functions as F
-
-        rows = self._collect(
-            self.ev.filter(F.col("fn") == F_NEMESIS).select("run", "index", "time", "nemesis"),
-            "nemesis",
-        )
+    def _fill_partitions(self, findings, tp_rows):
+        """Counts by outcome and the per-partition figures, from the rows of `_partitions`."""
         per_run = defaultdict(list)
-        for r in rows:
-            per_run[r.run].append({"index": r["index"], "time": r["time"], **json.loads(r.nemesis)})
+        for r in tp_rows:
+            f = findings.get(r.run)
+            if f is None:  # a run that failed validation
+                continue
+            for fn in CLIENT_FUNCTIONS:
+                for o in ("ok", "fail", "info", "pending"):
+                    f.counts[fn][o] += r[f"{fn}_{o}"]
+            f.counts["acknowledged"] += r.acknowledged
+            f.counts["records"] += r.records
+            _run, topic, partition = self.tps[r.tp]
+            per_run[r.run].append({
+                "topic": topic, "partition": partition,
+                **{k: r[k] for k in ("sends", "acknowledged", "polls", "records", "max_ack_offset",
+                                     "max_read_offset", "final_polls")},
+                "final_complete": bool(r.final_complete),
+                "final_high_watermark": r.final_high_watermark,
+            })
         for k, f in findings.items():
-            f.windows = fault_windows(per_run[k], f.end_time)
+            f.partitions = sorted(per_run[k], key=lambda p: (p["topic"], p["partition"]))
 
-    def _op_statistics(self, findings):
-        """Counts and final reads: one job, three groupings of the ops.
+    def _timeline_and_latency(self, findings):
+        """Per second of completion: outcomes, availability, p50 and p99; per function: latency of ok ops.
 
-        (run, topic-partition): counts by outcome, furthest offsets, final-read
-        completeness; (run, second of completion): the timeline; (run,
-        function): count and maximum latency of ok ops (percentiles: `_latency`).
+        One job, two groupings of the completed ops: (run, function) and
+        (run, function, second); percentile_approx keeps a summary per group.
         """
         from pyspark.sql import functions as F
 
         c = F.col
-        send, poll = c("fn") == F_SEND, c("fn") == F_POLL
         ok = c("outcome") == T_OK
-        final_ok = poll & ok & (c("final") == 1)
-        complete = final_ok & c("hw").isNotNull() & (
-            ((c("rec_n") > 0) & (c("rec_max") >= c("hw") - 1))
-            | ((c("rec_n") == 0) & ((c("hw") == 0) | (c("position") == c("hw"))))
+        done = self.ops.filter(c("outcome").isNotNull()).select(
+            "run", "fn", "outcome", F.expr(f"comp_time div {NS_PER_SECOND}").alias("second"),
+            F.when(ok & c("inv_time").isNotNull(), c("comp_time") - c("inv_time")).alias("lat"),
         )
-        lat = F.when(ok & c("inv_time").isNotNull(), c("comp_time") - c("inv_time"))
-
-        def n(cond):
-            return F.sum(F.when(cond, 1).otherwise(0))
-
-        counts = []
-        for fn, is_f in (("send", send), ("poll", poll)):
-            for code, name in OUTCOMES.items():
-                counts.append(n(is_f & (c("outcome") == code)).alias(f"{fn}_{name}"))
-            counts.append(n(is_f & c("outcome").isNull()).alias(f"{fn}_pending"))
         rows = self._collect(
-            self.ops.withColumn("second", F.expr(f"comp_time div {NS_PER_SECOND}"))
-            .groupingSets([["run", "tp"], ["run", "second"], ["run", "fn"]], "run", "tp", "second", "fn")
-            .agg(
-                F.grouping("tp").alias("g_tp"),
+            done.groupingSets([["run", "fn"], ["run", "fn", "second"]], "run", "fn", "second").agg(
                 F.grouping("second").alias("g_second"),
-                n(send).alias("sends"),
-                n(send & ok).alias("acknowledged"),
-                n(poll).alias("polls"),
-                F.sum(F.when(poll & ok, c("rec_n")).otherwise(0)).alias("records"),
-                F.max(F.when(send & ok, c("ack"))).alias("max_ack_offset"),
-                F.max(F.when(poll & ok, c("rec_max"))).alias("max_read_offset"),
-                n(final_ok).alias("final_polls"),
-                F.max(complete.cast("int")).alias("final_complete"),
-                F.max(F.when(final_ok, c("hw"))).alias("final_high_watermark"),
-                F.count(lat).alias("lat_count"),
-                F.max(lat).alias("lat_max"),
-                *counts,
+                *[F.sum(F.when(c("outcome") == code, 1).otherwise(0)).alias(name)
+                  for code, name in OUTCOMES.items()],
+                F.count("lat").alias("lat_count"),
+                F.max("lat").alias("lat_max"),
+                F.percentile_approx("lat", [p for p, _ in PERCENTILES], PERCENTILE_ACCURACY).alias("pct"),
             ),
-            "ops: counts, timeline, final reads",
+            "timeline and latency",
         )
-        per_run, timeline = defaultdict(list), defaultdict(list)
         empty = {"count": 0, **{name: None for _, name in PERCENTILES}, "max_ns": None}
         for f in findings.values():
             f.latency = {fn: dict(empty) for fn in CLIENT_FUNCTIONS}
-        tp_rows = []
+        seconds = defaultdict(dict)  # run -> second -> timeline row
         for r in rows:
-            f = findings[r.run]
-            if r.g_tp == 0:  # per topic-partition
-                tp_rows.append(r)
-                for fn in CLIENT_FUNCTIONS:
-                    for o in ("ok", "fail", "info", "pending"):
-                        f.counts[fn][o] += r[f"{fn}_{o}"]
-                f.counts["acknowledged"] += r.acknowledged
-                f.counts["records"] += r.records
-                _run, topic, partition = self.tps[r.tp]
-                per_run[r.run].append({
-                    "topic": topic, "partition": partition,
-                    **{k: r[k] for k in ("sends", "acknowledged", "polls", "records", "max_ack_offset",
-                                         "max_read_offset", "final_polls")},
-                    "final_complete": bool(r.final_complete),
-                    "final_high_watermark": r.final_high_watermark,
-                })
-            elif r.g_second == 0:  # per second of completion
-                if r.second is None:
-                    continue  # ops never completed
-                row = {"second": r.second}
-                for fn in CLIENT_FUNCTIONS:
-                    for name in ("ok", "fail", "info"):
-                        row[f"{fn}_{name}"] = r[f"{fn}_{name}"]
-                    row[f"{fn}_p50_ns"] = row[f"{fn}_p99_ns"] = None  # see _latency
-
-                done = row["send_ok"] + row["send_fail"] + row["send_info"]
-                row["availability"] = None if done == 0 else row["send_ok"] / done
-                timeline[r.run].append(row)
-            elif r.lat_count:  # per function: latency of ok ops
-                f.latency[F_NAMES[r.fn]].update(count=r.lat_count, max_ns=r.lat_max)
+            f, fn = findings[r.run], F_NAMES[r.fn]
+            if r.g_second:  # per function
+                if r.lat_count:
+                    f.latency[fn].update(count=r.lat_count, max_ns=r.lat_max,
+                                         **dict(zip((name for _, name in PERCENTILES), r.pct)))
+                continue
+            row = seconds[r.run].get(r.second)
+            if row is None:
+                row = seconds[r.run][r.second] = {"second": r.second}
+                for name in CLIENT_FUNCTIONS:
+                    row.update({f"{name}_ok": 0, f"{name}_fail": 0, f"{name}_info": 0,
+                                f"{name}_p50_ns": None, f"{name}_p99_ns": None})
+            for o in ("ok", "fail", "info"):
+                row[f"{fn}_{o}"] = r[o]
+            if r.lat_count:
+                row[f"{fn}_p50_ns"], row[f"{fn}_p99_ns"] = r.pct[0], r.pct[2]
         for k, f in findings.items():
-            f.partitions = sorted(per_run[k], key=lambda p: (p["topic"], p["partition"]))
-            f.timeline = sorted(timeline[k], key=lambda r: r["second"])
-        return tp_rows
-
-    def _latency(self):
-        """Latency percentiles of ok ops per (run, function) and per (run, function, second).
-
-        A job of its own: percentile_approx keeps a summary per group, so it
-        gets only the ok ops and only the groupings that need it.
-        """
-        from pyspark.sql import functions as F
-
-        c = F.col
-        lat = self.ops.filter((c("outcome") == T_OK) & c("inv_time").isNotNull()).select(
-            "run", "fn", F.expr(f"comp_time div {NS_PER_SECOND}").alias("second"),
-            (c("comp_time") - c("inv_time")).alias("lat"),
-        )
-        rows = self._collect(
-            lat.groupingSets([["run", "fn"], ["run", "fn", "second"]], "run", "fn", "second").agg(
-                F.grouping("second").alias("g_second"),
-                F.percentile_approx("lat", [p for p, _ in PERCENTILES], PERCENTILE_ACCURACY).alias("pct"),
-            ),
-            "latency percentiles",
-        )
-        return {(r.run, F_NAMES[r.fn], None if r.g_second else r.second): r.pct for r in rows}
-
-    def _fill_latency(self, findings, pct):
-        """Put the percentiles of `_latency` into the latency and timeline of each run."""
-        for k, f in findings.items():
-            for fn in CLIENT_FUNCTIONS:
-                if f.latency[fn]["count"]:
-                    f.latency[fn].update(zip((name for _, name in PERCENTILES), pct[(k, fn, None)]))
-                for row in f.timeline:
-                    p = pct.get((k, fn, row["second"]))
-                    if p:
-                        row[f"{fn}_p50_ns"], row[f"{fn}_p99_ns"] = p[0], p[2]
+            f.timeline = [seconds[k][s] for s in sorted(seconds[k])]
+            for row in f.timeline:
+                sent = row["send_ok"] + row["send_fail"] + row["send_info"]
+                row["availability"] = None if sent == 0 else row["send_ok"] / sent
 
     def _errors_and_windows(self, findings):
         """Errors by kind over the run, and outcomes and errors inside each fault window.
@@ -666,13 +674,13 @@ class SparkChecker:
         from pyspark.sql import functions as F
 
         c = F.col
-        comps = self.ev.filter(c("fn").isin(F_SEND, F_POLL) & (c("t") > T_INVOKE)).select(
-            "run", "fn", "t", "time",
-            F.when(c("t") != T_OK, F.coalesce(c("error"), F.lit("unknown"))).alias("error"),
+        comps = self.ops.filter(c("outcome").isNotNull()).select(
+            "run", "fn", c("outcome").alias("t"), c("comp_time").alias("time"),
+            F.when(c("outcome") != T_OK, c("err")).alias("err"),
         )
         overall = (
             comps.filter(c("t") != T_OK)
-            .groupBy("run", "fn", "t", "error")
+            .groupBy("run", "fn", "t", "err")
             .count()
             .withColumn("window", F.lit(-1))
         )
@@ -694,7 +702,7 @@ class SparkChecker:
                     (c("run") == c("wrun")) & (c("second") == c("wsecond"))
                     & (c("time") >= c("start")) & (c("time") <= c("stop")),
                 )
-                .groupBy("run", "fn", "t", "error", "window")
+                .groupBy("run", "fn", "t", "err", "window")
                 .count()
             )
             parts.append(inside.select(*overall.columns))
@@ -708,12 +716,16 @@ class SparkChecker:
             f = findings[r.run]
             fn, outcome = F_NAMES[r.fn], OUTCOMES[r.t]
             if r.window < 0:
-                f.errors[fn][outcome][r.error] = r["count"]
-                continue
-            w = f.windows[r.window]
-            w["ops"][fn][outcome] += r["count"]
-            if outcome != "ok":
-                w["errors"][fn][outcome][r.error] = r["count"]
+                by_error = f.errors[fn][outcome]
+            else:
+                w = f.windows[r.window]
+                w["ops"][fn][outcome] += r["count"]
+                if outcome == "ok":
+                    continue
+                by_error = w["errors"][fn][outcome]
+            # (no error and the error "unknown" are one entry)
+            error = self.error_names.get(r.err, "unknown")
+            by_error[error] = by_error.get(error, 0) + r["count"]
 
     def acks(self):
         """Every acknowledged send: its offset and value, and the op that got the ack (index, time)."""
@@ -730,14 +742,21 @@ class SparkChecker:
 
         Every consumer reads most records, so this is several times smaller
         than the reads, and both the value checks and the offset checks
-        start from it.
+        start from it. It also names the first read (by index) of each pair,
+        which the details of duplicate, aborted and phantom reads show.
         """
         from pyspark.sql import functions as F
 
-        acks = self.acks().select("run", "tp", "offset", "value", F.lit(1).alias("is_ack"), F.lit(0).alias("r"))
-        reads = self.reads.select("run", "tp", "offset", "value", F.lit(0).alias("is_ack"), F.lit(1).alias("r"))
+        none = F.lit(None).cast("long")
+        acks = self.acks().select("run", "tp", "offset", "value", F.lit(1).alias("is_ack"), F.lit(0).alias("r"),
+                                  *[none.alias(x) for x in ("index", "time", "op", "process")])
+        reads = self.reads.select("run", "tp", "offset", "value", F.lit(0).alias("is_ack"), F.lit(1).alias("r"),
+                                  "index", "time", "op", "process")
         return acks.unionByName(reads).groupBy("run", "tp", "offset", "value").agg(
-            F.max("is_ack").alias("acked"), F.sum("r").alias("reads")
+            F.max("is_ack").alias("acked"), F.sum("r").alias("reads"),
+            # (acknowledgements have no index here: min and min_by pass over them)
+            F.min("index").alias("read_index"),
+            *[F.min_by(x, "index").alias(f"read_{x}") for x in ("time", "op", "process")],
         )
 
     def _sends(self):
@@ -839,18 +858,13 @@ class SparkChecker:
         keys = flagged.filter(c("vkind").isin("phantom-read", "aborted-read") | c("dup")).select(
             "tp", "value", "topic", "partition", "vkind", c("dup").cast("int").alias("dup"), "send_op"
         )
-        per_offset = (
-            self.reads.join(self._small(keys, n_flag), ["tp", "value"])
-            # everything but the offset depends on the value only: keys, not aggregates
-            .groupBy("run", "tp", "topic", "partition", "value", "offset", "vkind", "dup", "send_op")
-            .agg(
-                F.min("index").alias("idx"),
-                F.min_by("time", "index").alias("time"),
-                F.min_by("op", "index").alias("op"),
-                F.min_by("process", "index").alias("process"),
+        per_offset = self._persist(
+            self.pairs.filter(c("reads") > 0).join(self._small(keys, n_flag), ["tp", "value"]).select(
+                "run", "tp", "topic", "partition", "value", "offset", "vkind", "dup", "send_op",
+                c("read_index").alias("idx"), c("read_time").alias("time"), c("read_op").alias("op"),
+                c("read_process").alias("process"),
             )
         )
-        per_offset = self._persist(per_offset)
         single = self._ranked(
             per_offset.filter(c("vkind").isin("phantom-read", "aborted-read")), "vkind",
             ["topic", "partition", "value", "offset"],
@@ -1076,6 +1090,13 @@ class SparkChecker:
         from reports.context import spark_context
 
         return spark_context(self, requests)
+
+
+def _same(names: dict, code: int, name, what: str) -> None:
+    """Record a code's name; two names of one code (a 64-bit hash collision) cannot be told apart."""
+    seen = names.setdefault(code, name)
+    if seen != name:
+        raise RuntimeError(f"{what} code collision: {seen!r} and {name!r}")
 
 
 def _decodable_prefix(data: bytes, limit: int = 200) -> str:
