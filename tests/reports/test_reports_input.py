@@ -59,6 +59,12 @@ def bad_runs(root):
     lines = lines_of(ev)
     lines[5] = lines[5].replace('[[0, 1], [1, 2]]', '[[0, 1], [1]]')
     runs["bad_records"] = (write_lines(root / "bad_records", lines), "history.jsonl", 6, "records must be")
+    # each way a record can be malformed: Spark must count it too, or the run passes as valid
+    for name, records in (("null_in_record", "[[0, 1], [1, null]]"), ("null_record", "[[0, 1], null]"),
+                          ("long_record", "[[0, 1], [1, 2, 3]]")):
+        lines = lines_of(ev)
+        lines[5] = lines[5].replace('[[0, 1], [1, 2]]', records)
+        runs[name] = (write_lines(root / name, lines), "history.jsonl", 6, "records must be")
     meta = run_json(run="fmt")
     meta["format"] = 2
     runs["unknown_format"] = (write_lines(root / "unknown_format", lines_of(ev), meta), "run.json", 1,
@@ -80,7 +86,8 @@ def assert_names(err, where, line, words):
 
 
 @pytest.mark.parametrize("name", ["not_json", "missing_topic", "missing_hw", "wrong_type", "unknown_type",
-                                  "bad_records", "unknown_format", "parquet_missing"])
+                                  "bad_records", "null_in_record", "null_record", "long_record",
+                                  "unknown_format", "parquet_missing"])
 def test_reference_names_file_and_line(name, tmp_path):
     d, where, line, words = bad_runs(tmp_path)[name]
     with pytest.raises(HistoryError) as e:
