@@ -34,9 +34,10 @@ The plan, in the words of the definitions (all "per topic-partition"):
 Why it is shaped like this (a 2-core machine, >= 250k events/s the goal):
 the input is read in full once, for the ops; the reads pass reads only the
 records and their keys, the names pass a few columns and keeps a few rows
-(a JSONL input is parsed once and cached instead). Every read is folded into the pairs
-before anything else looks at it: each record is read by several consumers,
-so the later groupings see a few rows per value, not per read. Keys are
+(a JSONL input is parsed once and cached instead). Every read is folded
+into the pairs before anything else looks at it: each record is read by
+several consumers, so the later groupings see a few rows per value, not per
+read. Keys are
 fixed-width numbers, not strings: `tp` is a 64-bit hash of (run, topic,
 partition) and `err` one of the error text, with dictionaries on the driver;
 `t` and `fn` code the event type and function (each name is compared once
