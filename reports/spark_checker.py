@@ -184,6 +184,13 @@ def _bad_event(t, fn):
     return F.coalesce(reduce(lambda a, b: a | b, checks), F.lit(False))
 
 
+def _count_if(cond):
+    """An aggregate: how many rows of the group meet `cond` (0 if none)."""
+    from pyspark.sql import functions as F
+
+    return F.count(F.when(cond, 1))
+
+
 def _code(col, codes: dict):
     from pyspark.sql import functions as F
 
@@ -403,27 +410,24 @@ class SparkChecker:
             | ((c("rec_n") == 0) & ((c("hw") == 0) | (c("position") == c("hw"))))
         )
 
-        def n(cond):
-            return F.sum(F.when(cond, 1).otherwise(0))
-
         counts = []
         for fn, is_f in (("send", send), ("poll", poll)):
             for code, name in OUTCOMES.items():
-                counts.append(n(is_f & (c("outcome") == code)).alias(f"{fn}_{name}"))
-            counts.append(n(is_f & c("outcome").isNull()).alias(f"{fn}_pending"))
+                counts.append(_count_if(is_f & (c("outcome") == code)).alias(f"{fn}_{name}"))
+            counts.append(_count_if(is_f & c("outcome").isNull()).alias(f"{fn}_pending"))
         rows = self._collect(
             ops.groupBy("run", "tp").agg(
                 F.sum("events").alias("events"),
                 F.max("end_time").alias("end_time"),
                 F.sum("bad").alias("bad"),
                 F.min(F.coalesce("inv_index", "comp_index")).alias("first_index"),
-                n(send).alias("sends"),
-                n(send & ok).alias("acknowledged"),
-                n(poll).alias("polls"),
+                _count_if(send).alias("sends"),
+                _count_if(send & ok).alias("acknowledged"),
+                _count_if(poll).alias("polls"),
                 F.sum(F.when(poll & ok, c("rec_n")).otherwise(0)).alias("records"),
                 F.max(F.when(send & ok, c("ack"))).alias("max_ack_offset"),
                 F.max(F.when(poll & ok, c("rec_max"))).alias("max_read_offset"),
-                n(final_ok).alias("final_polls"),
+                _count_if(final_ok).alias("final_polls"),
                 F.max(complete.cast("int")).alias("final_complete"),
                 F.max(F.when(final_ok, c("hw"))).alias("final_high_watermark"),
                 *counts,
@@ -637,8 +641,7 @@ class SparkChecker:
         rows = self._collect(
             done.groupingSets([["run", "fn"], ["run", "fn", "second"]], "run", "fn", "second").agg(
                 F.grouping("second").alias("g_second"),
-                *[F.sum(F.when(c("outcome") == code, 1).otherwise(0)).alias(name)
-                  for code, name in OUTCOMES.items()],
+                *[_count_if(c("outcome") == code).alias(name) for code, name in OUTCOMES.items()],
                 F.count("lat").alias("lat_count"),
                 F.max("lat").alias("lat_max"),
                 F.percentile_approx("lat", [p for p, _ in PERCENTILES], PERCENTILE_ACCURACY).alias("pct"),
@@ -824,10 +827,10 @@ class SparkChecker:
         vals = self._persist(vals)
         counts = self._collect(
             vals.groupBy("run").agg(
-                F.count(F.when(c("reads") > 0, 1)).alias("read"),
-                *[F.count(F.when(c("vkind") == k, 1)).alias(k) for k in
+                _count_if(c("reads") > 0).alias("read"),
+                *[_count_if(c("vkind") == k).alias(k) for k in
                   ("lost", "unseen", "phantom-read", "aborted-read")],
-                F.count(F.when(c("dup"), 1)).alias("duplicate"),
+                _count_if(c("dup")).alias("duplicate"),
             ),
             "values",
         )
