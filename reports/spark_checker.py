@@ -17,13 +17,13 @@ The plan, in the words of the definitions (all "per topic-partition"):
   events --(filter: nemesis, errors, each partition's first event)--> the
                         names of the codes, the nemesis events
   events --(posexplode ok polls)--> reads: (process, offset, value) per record
-  acks + reads --(group by partition, offset, value; cached)--> pairs: how
-                        often each (offset, value) was read, whether acked,
-                        its first read
+  acks + reads --(partitioned by value; group by partition, offset, value;
+                        cached)--> pairs: how often each (offset, value) was
+                        read, whether acked, its first read
   ops --(group by function and second)--> timeline, latency percentiles
   ops + fault windows --(group by error)--> errors, what failed in each window
-  pairs + sends not ok --(group by partition, value)--> lost, unseen,
-                        duplicate, aborted-read, phantom-read
+  pairs --(group by partition, value: no shuffle; join the sends not ok)-->
+                        lost, unseen, duplicate, aborted-read, phantom-read
   pairs --(group by partition, offset)--> inconsistent-offset, and the offsets
                         known to hold a value
   poll ops --(window per partition and process, in index order)--> re-seeks,
