@@ -126,7 +126,7 @@ DEFAULT_CONF = {
     # Spark 4's per-row shuffle checksum costs a few percent and buys nothing here.
     "spark.sql.shuffle.orderIndependentChecksum.enabled": "false",
     # The latency percentiles keep a summary per (function, second): past 128
-    # groups in a task (two minutes of history) Spark would sort every op
+    # groups in a task (about a minute of history) Spark would sort every op
     # instead (10M events: 6-7 s against 4.5 s). The summaries hold about
     # one number per op of the task, whatever the number of groups.
     "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "8192",
