@@ -110,12 +110,18 @@ class FakeBroker:
         if isinstance(body, control.LeaderAndIsrRequest) and self.catch_up:
             for s in body.partition_states:
                 if s.leader not in (self.id, -1) and self.id not in s.isr:
-                    threading.Thread(target=self._join_isr, args=(s.topic, s.partition),
+                    threading.Thread(target=self._join_isr, args=(s.topic, s.partition, s.leader_epoch),
                                      daemon=True).start()
         return control.response_for(body, control.NONE)
 
-    def _join_isr(self, topic: str, partition: int) -> None:
-        """Pretend the leader saw us catch up: add ourselves to the ISR."""
+    def _join_isr(self, topic: str, partition: int, leader_epoch: int) -> None:
+        """Pretend the leader saw us catch up: add ourselves to the ISR.
+
+        Only within the leader epoch that made us a follower, as a real leader
+        only expands the ISR of the epoch it leads: once the controller has
+        moved on (a new leader, or this replica reassigned away) it says so in
+        a newer LeaderAndIsr, and joining the newer epoch's ISR would undo it.
+        """
         time.sleep(0.05)
         zk = self.zk
         path = zkpaths.leader_and_isr_path(topic, partition)
@@ -123,7 +129,7 @@ class FakeBroker:
             try:
                 data, stat = zk.get(path)
                 lai = LeaderAndIsr.decode(data)
-                if self.id in lai.isr or lai.leader < 0:
+                if self.id in lai.isr or lai.leader < 0 or lai.leader_epoch != leader_epoch:
                     return
                 new = LeaderAndIsr(lai.leader, lai.leader_epoch, lai.isr + (self.id,), lai.controller_epoch)
                 zk.set(path, new.encode(), version=stat.version)
