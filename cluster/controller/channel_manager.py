@@ -87,7 +87,16 @@ class BrokerChannel:
         corr = self.manager.next_correlation_id()
         frame = control.encode_request(request, corr, f"controller-{self.manager.controller_id}")
         if self.sock is None:
-            self.sock = self._connect()
+            new = self._connect()
+            with self.cond:
+                # A connect can outlast remove_broker (up to connect_timeout):
+                # by then another broker may listen at this address (a
+                # container restarted with the dead broker's IP), and the
+                # request is not for it.
+                if self.stopped:
+                    new.close()
+                    raise ConnectionError("channel closed")
+                self.sock = new
         sock = self.sock
         if sock is None:
             raise ConnectionError("channel closed")

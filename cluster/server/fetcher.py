@@ -125,6 +125,7 @@ class ReplicaFetcher:
         self.partitions: dict[tuple[str, int], FetchState] = {}
         self._wake = asyncio.Event()
         self._conn: BrokerConnection | None = None
+        self._addr: tuple[str, int] | None = None  # where _conn goes
         self._stopped = False
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"fetcher-{cfg.broker_id}-from-{source_id}")
@@ -180,17 +181,29 @@ class ReplicaFetcher:
             self._conn = None
 
     async def _ensure_connected(self) -> None:
-        if self._conn is not None and self._conn.connected:
-            return
         addr = self.address_of(self.source_id)
-        if asyncio.isfuture(addr) or asyncio.iscoroutine(addr):
+        lookup = asyncio.isfuture(addr) or asyncio.iscoroutine(addr)
+        if self._conn is not None and self._conn.connected:
+            if lookup:  # nothing newer known here (a ZooKeeper lookup): keep the connection
+                if asyncio.iscoroutine(addr):
+                    addr.close()
+                return
+            if addr is None or tuple(addr) == self._addr:
+                return
+            # The leader moved (a restarted container gets a new IP, and its
+            # old one may now be another broker's, even this one's): Kafka
+            # keys its fetchers by the leader's endpoint for this reason.
+            log.info("fetcher from broker %d: address changed from %s:%d to %s:%d; reconnecting",
+                     self.source_id, *self._addr, *addr)
+            self._disconnect()
+        if lookup:
             addr = await addr
         if addr is None:
             raise ConnectionError(f"no address known for broker {self.source_id}")
         conn = BrokerConnection(addr[0], addr[1], f"replica-fetcher-{self.replica_id}",
                                 self.timeout_s)
         await conn.connect()
-        self._conn = conn
+        self._conn, self._addr = conn, tuple(addr)
         log.info("fetcher connected to broker %d at %s:%d", self.source_id, *addr)
 
     async def _fetch_once(self) -> None:

@@ -1,0 +1,79 @@
+"""A follower's fetcher goes where its leader is now, not where it was.
+
+A restarted container may come back with a new IP while its old one goes to
+another broker (even to this follower): a fetcher that kept its connection
+would fetch from the wrong broker for ever (CI, KIP-101 suite, 2026-11-21)."""
+from __future__ import annotations
+
+import asyncio
+
+from cluster.config import BrokerConfig
+from cluster.server.fetcher import ReplicaFetcher
+
+
+class _RM:
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.partitions = {}
+
+
+async def _listener():
+    """A loopback server that counts the connections it accepts."""
+    accepted = []
+
+    async def on_connect(reader, writer):
+        accepted.append(writer)
+
+    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[:2], accepted
+
+
+def test_fetcher_reconnects_when_the_leader_address_changes():
+    async def run():
+        old_server, old, old_accepted = await _listener()
+        new_server, new, new_accepted = await _listener()
+        where = {"leader": old}
+        f = ReplicaFetcher(_RM(BrokerConfig.from_dict({"broker.id": 2})), 1,
+                           lambda b: where["leader"])
+        try:
+            await f._ensure_connected()
+            await f._ensure_connected()  # same address: the connection is kept
+            await asyncio.sleep(0.05)
+            assert (len(old_accepted), len(new_accepted)) == (1, 0)
+            where["leader"] = new  # a LeaderAndIsr names the leader's new endpoint
+            await f._ensure_connected()
+            await asyncio.sleep(0.05)
+            assert (len(old_accepted), len(new_accepted)) == (1, 1)
+            assert f._addr == tuple(new)
+        finally:
+            await f.stop()
+            for s in (old_server, new_server):
+                s.close()
+                await s.wait_closed()
+
+    asyncio.run(run())
+
+
+def test_fetcher_keeps_its_connection_while_only_zookeeper_would_know():
+    async def run():
+        server, addr, accepted = await _listener()
+        answers = [addr]
+
+        async def from_zookeeper():
+            return None
+
+        def address_of(_b):
+            return answers.pop(0) if answers else from_zookeeper()
+
+        f = ReplicaFetcher(_RM(BrokerConfig.from_dict({"broker.id": 2})), 1, address_of)
+        try:
+            await f._ensure_connected()
+            await f._ensure_connected()  # nothing cached: no lookup, no reconnect
+            await asyncio.sleep(0.05)
+            assert len(accepted) == 1 and f._addr == tuple(addr)
+        finally:
+            await f.stop()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(run())
