@@ -769,8 +769,9 @@ class SparkChecker:
 
         Every consumer reads most records, so this is several times smaller
         than the reads, and both the value checks and the offset checks
-        start from it. It also names the first read (by index) of each pair,
-        which the details of duplicate, aborted and phantom reads show.
+        start from it. It also keeps the index of the first read of each
+        pair: the details of an anomaly find that read's op by it
+        (`_at_index`), so only two numbers per read cross the shuffle.
 
         Partitioned by value: the reads of one pair lie far apart in the input,
         so combining them before the shuffle saves nothing, and this way the
@@ -778,18 +779,27 @@ class SparkChecker:
         """
         from pyspark.sql import functions as F
 
-        none = F.lit(None).cast("long")
-        acks = self.acks().select("run", "tp", "offset", "value", F.lit(1).alias("is_ack"), F.lit(0).alias("r"),
-                                  *[none.alias(x) for x in ("index", "time", "op", "process")])
-        reads = self.reads.select("run", "tp", "offset", "value", F.lit(0).alias("is_ack"), F.lit(1).alias("r"),
-                                  "index", "time", "op", "process")
+        c = F.col
+        acks = self.acks().select("run", "tp", "offset", "value", F.lit(1).alias("a"),
+                                  F.lit(None).cast("long").alias("index"))
+        reads = self.reads.select("run", "tp", "offset", "value", F.lit(0).alias("a"), "index")
         both = acks.unionByName(reads).repartition("run", "tp", "value")
         return both.groupBy("run", "tp", "offset", "value").agg(
-            F.max("is_ack").alias("acked"), F.sum("r").alias("reads"),
-            # (acknowledgements have no index here: min and min_by pass over them)
-            F.min("index").alias("read_index"),
-            *[F.min_by(x, "index").alias(f"read_{x}") for x in ("time", "op", "process")],
+            F.max("a").alias("acked"), _count_if(c("a") == 0).alias("reads"),
+            F.min("index").alias("read_index"),  # (acknowledgements have none)
         )
+
+    def _at_index(self, df, n: int):
+        """`df` (a few rows with `run` and `idx`, an event index) with the time, op and process of that event.
+
+        Every index a detail names is a completion's (an ack or a poll that
+        read): the cached ops find it, no pass over the input.
+        """
+        from pyspark.sql import functions as F
+
+        c = F.col
+        at = self.ops.select("run", c("comp_index").alias("idx"), c("comp_time").alias("time"), "op", "process")
+        return at.join(self._small(df, n), ["run", "idx"]).select(*df.columns, "time", "op", "process")
 
     def _sends(self):
         """Each send's value with the op that sent it (for the details of value anomalies)."""
@@ -895,13 +905,12 @@ class SparkChecker:
         keys = flagged.filter(c("vkind").isin("phantom-read", "aborted-read") | c("dup")).select(
             "tp", "value", "topic", "partition", "vkind", c("dup").cast("int").alias("dup"), "send_op"
         )
-        per_offset = self._persist(
-            self.pairs.filter(c("reads") > 0).join(self._small(keys, n_flag), ["tp", "value"]).select(
-                "run", "tp", "topic", "partition", "value", "offset", "vkind", "dup", "send_op",
-                c("read_index").alias("idx"), c("read_time").alias("time"), c("read_op").alias("op"),
-                c("read_process").alias("process"),
-            )
+        per_offset = self.pairs.filter(c("reads") > 0).join(self._small(keys, n_flag), ["tp", "value"]).select(
+            "run", "tp", "topic", "partition", "value", "offset", "vkind", "dup", "send_op",
+            c("read_index").alias("idx"),
         )
+        # (a flagged value is read at one offset or a few)
+        per_offset = self._persist(self._at_index(per_offset, 4 * n_flag))
         single = self._ranked(
             per_offset.filter(c("vkind").isin("phantom-read", "aborted-read")), "vkind",
             ["topic", "partition", "value", "offset"],
@@ -939,21 +948,6 @@ class SparkChecker:
             F.min("value").alias("vmin"), F.max("value").alias("vmax")
         )
 
-    def _seen(self):
-        """Acknowledgements and reads, one row each, with the op that saw them."""
-        from pyspark.sql import functions as F
-
-        c = F.col
-        acks = self.acks().select(
-            "run", "tp", "offset", "value", c("index").alias("idx"), "time", "op", "process",
-            F.lit(1).alias("is_ack"),
-        )
-        reads = self.reads.select(
-            "run", "tp", "offset", "value", c("index").alias("idx"), "time", "op", "process",
-            F.lit(0).alias("is_ack"),
-        )
-        return acks.unionByName(reads)
-
     def _offset_anomalies(self, findings, offsets):
         """Per (partition, offset): inconsistent-offset."""
         from pyspark.sql import functions as F
@@ -964,8 +958,18 @@ class SparkChecker:
         if not n_bad:
             return
         bad = self._persist(bad)
+        # Who saw each value there: its acknowledgement, and the first read (from the pairs).
+        keys = ["run", "tp", "offset"]
+        acked = self.acks().join(self._small(bad, n_bad), keys).select(
+            *keys, "value", c("index").alias("idx"), "time", "op", "process", F.lit(1).alias("is_ack"),
+        )
+        read = self.pairs.filter(c("reads") > 0).join(self._small(bad, n_bad), keys).select(
+            *keys, "value", c("read_index").alias("idx"),
+        )
+        # (an inconsistent offset holds two values or a few)
+        read = self._at_index(read, 4 * n_bad).withColumn("is_ack", F.lit(0))
         detail = (
-            self._seen().join(self._small(bad, n_bad), ["run", "tp", "offset"])
+            acked.unionByName(read)
             .groupBy("run", "tp", "offset", "value")
             .agg(
                 F.min("idx").alias("first"),
