@@ -308,7 +308,9 @@ def bench_spark(spark, run_dir: Path, repeats: int = 2, checkers: dict | None = 
     from reports.summary import build_summary
 
     checkers = checkers or {"spark": spark_checker}
-    sql = {k for m in checkers.values() for k in m.DEFAULT_CONF if k.startswith("spark.sql.")}
+    # (static settings, like the code cache's size, are the session's too)
+    sql = {k for m in checkers.values() for k in m.DEFAULT_CONF
+           if k.startswith("spark.sql.") and spark.conf.isModifiable(k)}
     pid = _jvm_pid(spark)
     out = {name: {"seconds": [], "jvm_cpu_s": [], "jvm_peak_rss": None} for name in checkers}
     for _ in range(repeats):
@@ -425,6 +427,7 @@ def main(argv=None) -> int:
     result = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "machine": machine(), "load_average": os.getloadavg(), "spark_startup_s": startup,
               "spark_conf": {k: spark_checker.DEFAULT_CONF.get(k) for k in sorted(spark_checker.DEFAULT_CONF)},
+              "jvm_options": None if args.master else spark_checker.LOCAL_JAVA_OPTIONS,
               "baseline": args.baseline,
               "runs": sorted(rows, key=lambda r: (r["events"], r["format"]))}
     path.write_text(json.dumps(result, indent=1) + "\n")

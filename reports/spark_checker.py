@@ -19,7 +19,7 @@ The plan, in the words of the definitions (all "per topic-partition"):
   events --(posexplode ok polls)--> reads: (process, offset, value) per record
   acks + reads --(partitioned by value; group by partition, offset, value;
                         cached)--> pairs: how often each (offset, value) was
-                        read, whether acked, its first read
+                        read, whether acked, the index of its first read
   ops --(group by function and second)--> timeline, latency percentiles
   ops + fault windows --(group by error)--> errors, what failed in each window
   pairs --(group by partition, value: no shuffle; join the sends not ok)-->
