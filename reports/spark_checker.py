@@ -133,12 +133,12 @@ DEFAULT_CONF = {
     # A window keeps a group's rows in a plain buffer up to this many, then in
     # a spillable sorter: each process's polls of a partition are a group of
     # tens of thousands (10M events: poll sequences 4.3-4.9 s against 4.9-5.8
-    # s with Spark's 4096). A million rows of ~100 bytes still fit any heap here.
+    # s with Spark's 4096). A million rows of ~100 bytes is ~100 MB a task.
     "spark.sql.windowExec.buffer.in.memory.threshold": "1048576",
     # One check compiles about 200 generated classes; with Spark's default of
     # 100 cached, the next check in the JVM (the next test, the next run of a
-    # batch) compiled them all again and ran them cold (10M events: 63 s
-    # against 53 s, 1M: 22 s against 14 s). Static: set when the JVM starts.
+    # batch) compiled them all again and ran them cold (10M events, third
+    # check in a JVM: 63.5 s against 53.1 s). Static: set when the JVM starts.
     "spark.sql.codegen.cache.maxEntries": "1000",
 }
 

@@ -113,6 +113,7 @@ class ConfluentConsumer:
         })
         self._tp = TopicPartition
         self.position: int | None = None
+        self.last_error: str | None = None  # why the last watermarks() gave None
 
     def seek(self, offset: int) -> None:
         tp = self._tp(self.topic, self.partition, offset)
@@ -129,9 +130,11 @@ class ConfluentConsumer:
         try:
             lo, hi = self.c.get_watermark_offsets(self._tp(self.topic, self.partition),
                                                   timeout=timeout, cached=cached)
-        except Exception:  # noqa: BLE001 - unknown right now
+        except Exception as e:  # noqa: BLE001 - unknown right now
+            self.last_error = f"{type(e).__name__}: {e}"
             return None
         if lo is None or hi is None or hi < 0:
+            self.last_error = f"watermarks ({lo}, {hi})"
             return None
         return int(lo), int(hi)
 
@@ -228,6 +231,7 @@ class KafkaPythonConsumer:
                                fetch_max_wait_ms=100, metadata_max_age_ms=2000)
         self.c.assign([self.tp])
         self.position: int | None = None
+        self.last_error: str | None = None  # why the last watermarks() gave None
 
     def seek(self, offset: int) -> None:
         self.c.seek(self.tp, offset)
@@ -241,7 +245,8 @@ class KafkaPythonConsumer:
             lo = self.c.beginning_offsets([self.tp], timeout_ms=int(timeout * 1000))[self.tp]
             hi = self.c.end_offsets([self.tp], timeout_ms=int(timeout * 1000))[self.tp]
             return int(lo), int(hi)
-        except Exception:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001
+            self.last_error = f"{type(e).__name__}: {e}"
             return None
 
     def poll(self, max_records: int, timeout: float) -> tuple[str, dict[str, Any]]:

@@ -234,6 +234,9 @@ def run_final(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
             wm = c.watermarks(cached=False)
             if wm is None:
                 time.sleep(0.5)
+        if wm is None:
+            # (the reads below then start at 0 and run into the same deadline)
+            out.log(f"final read of {topic}/{partition}: no watermarks before the deadline: {c.last_error}")
         c.seek(wm[0] if wm else 0)
         want = min_end.get((topic, partition), 0)
         hw = None
