@@ -209,9 +209,11 @@ def test_divergence_after_multiple_hard_failures(cluster, workload, nemesis, his
     assert b in offline.isr, f"broker {b} left the ISR: {offline}"
     assert not ({a, b} & zk.registered())
     # 4. B first: elected from the ISR with its short log; new writes.
+    # (t_b before B restarts: the partition is offline until then, so every
+    # later ack is B's, also those it gives before we see its election)
+    t_b = acks.now()
     power.stop()
     took_over = wait_for(lambda: (lai := zk.lai()).leader == b and lai, 30, f"broker {b}'s election")
-    t_b = acks.now()
     new = acks.wait_acks(1, t_b, 30, f"by broker {b}", TP)
     b_start = min(k.offset for k in new)
     assert b_start <= pre_max, f"B's log was not shorter than what was acknowledged ({b_start} > {pre_max})"
