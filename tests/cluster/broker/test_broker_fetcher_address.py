@@ -9,12 +9,7 @@ import asyncio
 
 from cluster.config import BrokerConfig
 from cluster.server.fetcher import ReplicaFetcher
-
-
-class _RM:
-    def __init__(self, cfg):
-        self.cfg = cfg
-        self.partitions = {}
+from fetcher_stubs import ReplicaManagerStub
 
 
 async def _listener():
@@ -33,7 +28,7 @@ def test_fetcher_reconnects_when_the_leader_address_changes():
         old_server, old, old_accepted = await _listener()
         new_server, new, new_accepted = await _listener()
         where = {"leader": old}
-        f = ReplicaFetcher(_RM(BrokerConfig.from_dict({"broker.id": 2})), 1,
+        f = ReplicaFetcher(ReplicaManagerStub(BrokerConfig.from_dict({"broker.id": 2})), 1,
                            lambda b: where["leader"])
         try:
             await f._ensure_connected()
@@ -65,7 +60,7 @@ def test_fetcher_keeps_its_connection_while_only_zookeeper_would_know():
         def address_of(_b):
             return answers.pop(0) if answers else from_zookeeper()
 
-        f = ReplicaFetcher(_RM(BrokerConfig.from_dict({"broker.id": 2})), 1, address_of)
+        f = ReplicaFetcher(ReplicaManagerStub(BrokerConfig.from_dict({"broker.id": 2})), 1, address_of)
         try:
             await f._ensure_connected()
             await f._ensure_connected()  # nothing cached: no lookup, no reconnect

@@ -11,6 +11,7 @@ from cluster.log import Log, LogConfig
 from cluster.log.batch import set_base_offset, set_leader_epoch
 from cluster.server.fetcher import FetchState, ReplicaFetcher
 from cluster.server.partition import Partition
+from fetcher_stubs import ReplicaManagerStub
 
 
 def _batch(base: int, count: int, epoch: int) -> bytes:
@@ -23,12 +24,6 @@ def _batch(base: int, count: int, epoch: int) -> bytes:
     set_base_offset(buf, 0, base)
     set_leader_epoch(buf, 0, epoch)
     return bytes(buf)
-
-
-class _RM:
-    def __init__(self, cfg, partitions):
-        self.cfg = cfg
-        self.partitions = partitions
 
 
 def _follower(tmp_path, epochs: list[tuple[int, int, int]]):
@@ -47,7 +42,7 @@ def test_kip279_two_rounds(tmp_path):
     assert p.log.leader_epoch_cache.entries() == [(0, 0), (1, 10), (3, 20)]
 
     async def run():
-        f = ReplicaFetcher(_RM(cfg, {("t", 0): p}), 1, lambda b: None)
+        f = ReplicaFetcher(ReplicaManagerStub(cfg, {("t", 0): p}), 1, lambda b: None)
         s = FetchState(p.leo, truncating=True)
         f.partitions[("t", 0)] = s
         # Round 1: asked for epoch 3, the leader knows epoch 2 ending at 25.
@@ -69,7 +64,7 @@ def test_epoch_answers_that_keep_everything_or_fall_back_to_hw(tmp_path):
     p.hw = 5
 
     async def run():
-        f = ReplicaFetcher(_RM(cfg, {("t", 0): p}), 1, lambda b: None)
+        f = ReplicaFetcher(ReplicaManagerStub(cfg, {("t", 0): p}), 1, lambda b: None)
         s = FetchState(p.leo, truncating=True)
         # The leader's epoch 1 ends beyond our LEO: nothing to cut.
         f._apply_epoch_answer(("t", 0), s, p, 1, 1, 40)
