@@ -27,7 +27,7 @@ import itertools
 import logging
 import struct
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from kafka.protocol.consumer import (FetchRequest, FetchResponse, ListOffsetsRequest,
                                      ListOffsetsResponse, OffsetForLeaderEpochRequest,
@@ -111,11 +111,13 @@ class FetchState:
 
 class ReplicaFetcher:
     def __init__(self, rm: "ReplicaManager", source_id: int,
-                 address_of: Callable[[int], "asyncio.Future | tuple[str, int] | None"]):
+                 address_of: Callable[[int], "tuple[str, int] | None"],
+                 lookup_address: "Callable[[int], Awaitable[tuple[str, int] | None]] | None" = None):
         cfg = rm.cfg
         self.rm = rm
         self.source_id = source_id
-        self.address_of = address_of
+        self.address_of = address_of  # cached: what the controller last said
+        self.lookup_address = lookup_address  # slow (ZooKeeper): only when nothing is cached
         self.replica_id = cfg.broker_id
         self.max_wait_ms = cfg["replica.fetch.wait.max.ms"]
         self.min_bytes = cfg["replica.fetch.min.bytes"]
@@ -182,13 +184,8 @@ class ReplicaFetcher:
 
     async def _ensure_connected(self) -> None:
         addr = self.address_of(self.source_id)
-        lookup = asyncio.isfuture(addr) or asyncio.iscoroutine(addr)
         if self._conn is not None and self._conn.connected:
-            if lookup:  # nothing newer known here (a ZooKeeper lookup): keep the connection
-                if asyncio.iscoroutine(addr):
-                    addr.close()
-                return
-            if addr is None or tuple(addr) == self._addr:
+            if addr is None or tuple(addr) == self._addr:  # nothing newer known: keep it
                 return
             # The leader moved (a restarted container gets a new IP, and its
             # old one may now be another broker's, even this one's): Kafka
@@ -196,8 +193,8 @@ class ReplicaFetcher:
             log.info("fetcher from broker %d: address changed from %s:%d to %s:%d; reconnecting",
                      self.source_id, *self._addr, *addr)
             self._disconnect()
-        if lookup:
-            addr = await addr
+        if addr is None and self.lookup_address is not None:
+            addr = await self.lookup_address(self.source_id)
         if addr is None:
             raise ConnectionError(f"no address known for broker {self.source_id}")
         conn = BrokerConnection(addr[0], addr[1], f"replica-fetcher-{self.replica_id}",
@@ -378,9 +375,10 @@ class ReplicaFetcher:
 class FetcherManager:
     """Fetchers keyed by source broker; a fetcher with no partitions left is stopped."""
 
-    def __init__(self, rm: "ReplicaManager", address_of):
+    def __init__(self, rm: "ReplicaManager", address_of, lookup_address=None):
         self.rm = rm
         self.address_of = address_of
+        self.lookup_address = lookup_address
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._by_partition: dict[tuple[str, int], int] = {}
 
@@ -388,7 +386,8 @@ class FetcherManager:
         self.remove(tp)
         f = self.fetchers.get(leader)
         if f is None:
-            f = self.fetchers[leader] = ReplicaFetcher(self.rm, leader, self.address_of)
+            f = self.fetchers[leader] = ReplicaFetcher(self.rm, leader, self.address_of,
+                                                           self.lookup_address)
         f.add(tp, offset, truncating)
         self._by_partition[tp] = leader
 

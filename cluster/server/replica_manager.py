@@ -63,7 +63,8 @@ class ReplicaManager:
         self.lag_messages = cfg["replica.lag.max.messages"]
         self.peer_addresses = cfg.peer_addresses()
         self.leader_addresses: dict[int, tuple[str, int]] = {}
-        self.fetchers = FetcherManager(self, self._address_of)
+        self.fetchers = FetcherManager(self, self._cached_address_of,
+                                       self._zk_address_of if self.zk is not None else None)
         self._tasks: list[asyncio.Task] = []
         self._isr_changes: set[tuple[str, int]] = set()
         self._isr_notify_scheduled = False
@@ -107,12 +108,10 @@ class ReplicaManager:
         self.partitions[tp] = p
         return p
 
-    def _address_of(self, broker_id: int):
-        addr = (self.peer_addresses.get(broker_id) or self.leader_addresses.get(broker_id)
+    def _cached_address_of(self, broker_id: int):
+        """Where a broker is as the controller last told us, or None."""
+        return (self.peer_addresses.get(broker_id) or self.leader_addresses.get(broker_id)
                 or self.metadata.endpoint(broker_id))
-        if addr is not None or self.zk is None:
-            return addr
-        return self._zk_address_of(broker_id)
 
     async def _zk_address_of(self, broker_id: int):
         reg = await self.zk.call(self.zk.broker_registration, broker_id)

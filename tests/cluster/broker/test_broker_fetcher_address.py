@@ -50,21 +50,22 @@ def test_fetcher_reconnects_when_the_leader_address_changes():
 
 
 def test_fetcher_keeps_its_connection_while_only_zookeeper_would_know():
+    """Connected and nothing cached: keep the connection and do not ask ZooKeeper."""
     async def run():
         server, addr, accepted = await _listener()
-        answers = [addr]
+        lookups = []
 
-        async def from_zookeeper():
-            return None
+        async def from_zookeeper(b):
+            lookups.append(b)
+            return tuple(addr)
 
-        def address_of(_b):
-            return answers.pop(0) if answers else from_zookeeper()
-
-        f = ReplicaFetcher(ReplicaManagerStub(BrokerConfig.from_dict({"broker.id": 2})), 1, address_of)
+        f = ReplicaFetcher(ReplicaManagerStub(BrokerConfig.from_dict({"broker.id": 2})), 1,
+                           lambda b: None, from_zookeeper)
         try:
-            await f._ensure_connected()
-            await f._ensure_connected()  # nothing cached: no lookup, no reconnect
+            await f._ensure_connected()  # nothing cached, not connected: one lookup
+            await f._ensure_connected()  # connected, nothing cached: no lookup, no reconnect
             await asyncio.sleep(0.05)
+            assert lookups == [1]
             assert len(accepted) == 1 and f._addr == tuple(addr)
         finally:
             await f.stop()
