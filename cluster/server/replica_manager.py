@@ -109,7 +109,7 @@ class ReplicaManager:
         return p
 
     def _cached_address_of(self, broker_id: int):
-        """Where a broker is as the controller last told us, or None."""
+        """Where a broker is, by config or as the controller last told us; None if neither says."""
         return (self.peer_addresses.get(broker_id) or self.leader_addresses.get(broker_id)
                 or self.metadata.endpoint(broker_id))
 
