@@ -776,7 +776,7 @@ class SparkChecker:
         than the reads, and both the value checks and the offset checks
         start from it. It also keeps the index of the first read of each
         pair: the details of an anomaly find that read's op by it
-        (`_at_index`), so only two numbers per read cross the shuffle.
+        (`_first_reads`), so only two numbers per read cross the shuffle.
 
         Partitioned by value: the reads of one pair lie far apart in the input,
         so combining them before the shuffle saves nothing, and this way the
@@ -794,17 +794,21 @@ class SparkChecker:
             F.min("index").alias("read_index"),  # (acknowledgements have none)
         )
 
-    def _at_index(self, df, n: int):
-        """`df` (a few rows with `run` and `idx`, an event index) with the time, op and process of that event.
+    def _first_reads(self, flagged, on: list[str], n: int, cols: list[str]):
+        """The pairs read at least once that match `flagged` (n rows) on `on`:
+        `cols`, and `idx`, time, op and process of each pair's first read.
 
-        Every index a detail names is a completion's (an ack or a poll that
-        read): the cached ops find it, no pass over the input.
+        A flagged value or offset has one pair or a few. The first read's
+        index is a completion's (a poll that read): the cached ops find its
+        op, no pass over the input.
         """
         from pyspark.sql import functions as F
 
         c = F.col
+        read = self.pairs.filter(c("reads") > 0).join(self._small(flagged, n), on).select(
+            *cols, c("read_index").alias("idx"))
         at = self.ops.select("run", c("comp_index").alias("idx"), c("comp_time").alias("time"), "op", "process")
-        return at.join(self._small(df, n), ["run", "idx"]).select(*df.columns, "time", "op", "process")
+        return at.join(self._small(read, 4 * n), ["run", "idx"]).select(*cols, "idx", "time", "op", "process")
 
     def _sends(self):
         """Each send's value with the op that sent it (for the details of value anomalies)."""
@@ -910,12 +914,9 @@ class SparkChecker:
         keys = flagged.filter(c("vkind").isin("phantom-read", "aborted-read") | c("dup")).select(
             "tp", "value", "topic", "partition", "vkind", c("dup").cast("int").alias("dup"), "send_op"
         )
-        per_offset = self.pairs.filter(c("reads") > 0).join(self._small(keys, n_flag), ["tp", "value"]).select(
-            "run", "tp", "topic", "partition", "value", "offset", "vkind", "dup", "send_op",
-            c("read_index").alias("idx"),
-        )
-        # (a flagged value is read at one offset or a few)
-        per_offset = self._persist(self._at_index(per_offset, 4 * n_flag))
+        per_offset = self._persist(self._first_reads(
+            keys, ["tp", "value"], n_flag,
+            ["run", "tp", "topic", "partition", "value", "offset", "vkind", "dup", "send_op"]))
         single = self._ranked(
             per_offset.filter(c("vkind").isin("phantom-read", "aborted-read")), "vkind",
             ["topic", "partition", "value", "offset"],
@@ -968,11 +969,7 @@ class SparkChecker:
         acked = self.acks().join(self._small(bad, n_bad), keys).select(
             *keys, "value", c("index").alias("idx"), "time", "op", "process", F.lit(1).alias("is_ack"),
         )
-        read = self.pairs.filter(c("reads") > 0).join(self._small(bad, n_bad), keys).select(
-            *keys, "value", c("read_index").alias("idx"),
-        )
-        # (an inconsistent offset holds two values or a few)
-        read = self._at_index(read, 4 * n_bad).withColumn("is_ack", F.lit(0))
+        read = self._first_reads(bad, keys, n_bad, [*keys, "value"]).withColumn("is_ack", F.lit(0))
         detail = (
             acked.unionByName(read)
             .groupBy("run", "tp", "offset", "value")
