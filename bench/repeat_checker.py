@@ -18,7 +18,6 @@ bench_checker.generate (or take a real run). Not a test: run it by hand.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -45,6 +44,7 @@ def main(argv=None) -> int:
     if not Path(args.run_dir).is_dir():
         ap.error(f"no run directory at {args.run_dir}")
 
+    from bench_checker import _cpu_seconds, _jvm_pid
     from reports import spark_checker
     from reports.readers import open_runs
 
@@ -56,13 +56,11 @@ def main(argv=None) -> int:
     jvm = spark._jvm
     compile_time = jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
     collectors = jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
-    stat = f"/proc/{jvm.java.lang.ProcessHandle.current().pid()}/stat"
+    pid = _jvm_pid(spark)
 
     def counters():
-        fields = open(stat).read().rsplit(")", 1)[1].split()
-        cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         gc_ms = sum(b.getCollectionTime() for b in collectors)
-        return cpu, compile_time.getCount(), gc_ms
+        return _cpu_seconds(pid), compile_time.getCount(), gc_ms
 
     try:
         for i in range(args.repeats):
