@@ -1,5 +1,5 @@
-"""Admin functions and the `chaoslog admin` command (seed 000: topics,
-replica assignment and reassignment are created "by admin").
+"""Admin functions and the `chaoslog admin` command: topics, replica
+assignment and reassignment are created by an admin (docs/design.md#topics).
 
 The admin never talks to brokers: it writes ZooKeeper znodes that the
 controller watches (/brokers/topics/T, /admin/delete_topics/T,
@@ -15,15 +15,15 @@ import argparse
 import json
 import re
 import sys
-import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from cluster import zkpaths
+from cluster.deadline import wait_until
 from cluster.controller.assignment import AssignmentError, assign_replicas
 from cluster.controller.state_change_log import read_state_log
 from cluster.zkpaths import BrokerRegistration, LeaderAndIsr, TopicAssignment
@@ -107,7 +107,7 @@ def describe_topic(zk: KazooClient, topic: str) -> dict[str, Any]:
 
 def state_log(zk: KazooClient, topic: str | None = None, partition: int | None = None
               ) -> list[dict[str, Any]]:
-    """State-change records (seed 002 §7), oldest first."""
+    """State-change records (docs/design.md#state-change-log), oldest first."""
     return read_state_log(zk, topic, partition)
 
 
@@ -124,7 +124,8 @@ def _check_topic_name(topic: str) -> None:
 def create_topic(zk: KazooClient, topic: str, partitions: int, replication_factor: int,
                  replica_assignment: dict[int, list[int]] | None = None,
                  config: dict[str, Any] | None = None) -> dict[int, list[int]]:
-    """Write /brokers/topics/T; the controller then elects leaders (seed §B).
+    """Write /brokers/topics/T; the controller then elects leaders
+    (docs/design.md#topics).
     Without replica_assignment, replicas go round-robin over the live brokers
     as Kafka's AdminUtils does. Returns the assignment."""
     _check_topic_name(topic)
@@ -179,7 +180,7 @@ def delete_topic(zk: KazooClient, topic: str, wait: bool = False, timeout: float
 def add_partitions(zk: KazooClient, topic: str, count: int,
                    replica_assignment: dict[int, list[int]] | None = None) -> dict[int, list[int]]:
     """Grow the topic to `count` partitions via /admin/partitions_add/T/P
-    (seed §H). Returns the new partitions' replicas."""
+    (docs/design.md#partitions). Returns the new partitions' replicas."""
     ta, _ = _assignment(zk, topic)
     have = len(ta.partitions)
     if count <= have:
@@ -211,7 +212,8 @@ def add_partitions(zk: KazooClient, topic: str, count: int,
 
 
 def remove_partitions(zk: KazooClient, topic: str, partitions: list[int]) -> None:
-    """Request removal of partitions via /admin/partitions_remove/T/P (seed §H)."""
+    """Request removal of partitions via /admin/partitions_remove/T/P
+    (docs/design.md#partitions)."""
     ta, _ = _assignment(zk, topic)
     missing = [p for p in partitions if p not in ta.partitions]
     if missing:
@@ -270,9 +272,7 @@ def reassign(zk: KazooClient, plan: dict[tuple[str, int], list[int]], wait: bool
             return set(zkpaths.decode_reassignment(zk.get(zkpaths.REASSIGN_PARTITIONS)[0])) & set(plan)
         except NoNodeError:
             return set()
-    deadline = time.monotonic() + timeout
-    while pending() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: not pending(), timeout, 0.1)
     left = pending()
     ok = True
     for (t, p), r in sorted(plan.items()):
@@ -288,10 +288,14 @@ def reassign(zk: KazooClient, plan: dict[tuple[str, int], list[int]], wait: bool
     return result
 
 
-def preferred_election(zk: KazooClient, topic: str | None = None) -> list[tuple[str, int]]:
+def preferred_election(zk: KazooClient, topic: str | Iterable[str] | None = None
+                       ) -> list[tuple[str, int]]:
     """Ask the controller to move leadership back to the preferred replicas of
-    a topic (or of every topic)."""
-    topics = [topic] if topic else list_topics(zk)
+    a topic, of several, or of every topic."""
+    if topic is None:
+        topics = list_topics(zk)
+    else:
+        topics = [topic] if isinstance(topic, str) else sorted(topic)
     tps: list[tuple[str, int]] = []
     for t in topics:
         ta, _ = _assignment(zk, t)
@@ -315,14 +319,10 @@ def wait_for_leaders(zk: KazooClient, topic: str, timeout: float = 30.0) -> dict
 
 
 def _wait(cond, timeout: float, msg: str):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AdminError(msg)
-        time.sleep(0.1)
+    v = wait_until(cond, timeout, 0.1)
+    if not v:
+        raise AdminError(msg)
+    return v
 
 
 # ---------------------------------------------------------------- CLI

@@ -1,6 +1,6 @@
 """The broker process: `python -m cluster.broker CONFIG`.
 
-Startup (seed 000 §E, as Kafka 0.8 did it):
+Startup (docs/design.md#broker-startup, as Kafka 0.8 did it):
   1. load the config (a bad one: one-line error on stderr, exit 2);
   2. connect to ZooKeeper (zookeeper.session.timeout.ms), create the persistent
      paths, bump /brokers/start_epochs/<id>, write <log.dirs>/zk-session.json;
@@ -74,11 +74,12 @@ class Broker:
                     for p, replicas in a.partitions.items() if self.broker_id in replicas}
         self.log_manager = LogManager(self.log_dir, LogConfig.from_broker_config(cfg))
         self.metadata = MetadataCache(self.broker_id, cfg.advertised)
-        self.rm = ReplicaManager(cfg, self.log_manager, zk, self.metadata)
+        self.rm = ReplicaManager(cfg, self.log_manager, zk, self.metadata, self.start_epoch)
         self.rm.load(assigned)
         self.rm.start()
 
-        self.apis = KafkaApis(cfg, self.rm, broker=self)
+        self.apis = KafkaApis(cfg, self.rm, self.metadata, zk,
+                              controller=lambda: getattr(self, "controller", None))
         self.server = SocketServer(self.apis, cfg["host.name"], cfg["port"],
                                    cfg["socket.request.max.bytes"])
         await self.server.start()
@@ -110,7 +111,13 @@ class Broker:
             asyncio.get_running_loop().create_task(self._reregister())
 
     async def _reregister(self) -> None:
+        """A new registration gets a new start epoch first: requests the
+        controller addressed to the previous one (queued or in flight while
+        this broker was cut off) are then refused, not applied over newer
+        ones (docs/design.md#controller-epoch)."""
         try:
+            self.start_epoch = await self.zk.call(self.zk.bump_start_epoch, self.broker_id)
+            self.rm.start_epoch = self.start_epoch
             await self._register()
         except Exception:
             log.exception("re-registration failed")

@@ -2,8 +2,8 @@
 
 Every key the broker understands is listed in DEFAULTS with its default, so a
 typo in a suite's broker config is an error rather than a silently ignored
-setting. Defaults follow the seed design (Kafka 0.8): min ISR 1, unclean
-leader election on, high-watermark truncation.
+setting. Defaults follow the original design (Kafka 0.8): min ISR 1, unclean
+leader election on, high-watermark truncation (docs/design.md#config).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ DEFAULTS: dict[str, Any] = {
     "log.flush.interval.messages": 2**63 - 1,  # Kafka: leave durability to replication
     "log.flush.interval.ms": 2**63 - 1,
     "replica.high.watermark.checkpoint.interval.ms": 5000,
-    # Replication (seed 000 section G)
+    # Replication (docs/design.md#config)
     "min.insync.replicas": 1,
     "unclean.leader.election.enable": True,
     "replication.truncation": "hw",  # hw | leader-epoch (KIP-101/KIP-279)
@@ -51,7 +51,7 @@ DEFAULTS: dict[str, Any] = {
     "socket.request.max.bytes": 100 * 1024 * 1024,
     "message.max.bytes": 1000012,
     "request.timeout.ms": 30000,
-    # Controller (seed 000 sections A-F, seed 003)
+    # Controller (docs/design.md#controller)
     "controller.socket.timeout.ms": 30000,
     "controller.message.queue.size": 10000,
     "controlled.shutdown.enable": True,

@@ -1,27 +1,27 @@
-"""The ZooKeeper layout of the seed design (seed 000, "Paths"), in one place.
+"""The ZooKeeper layout (docs/design.md#zk-layout), in one place.
 
-Values are JSON. Where the seed is a draft we follow what Apache Kafka 0.8
-shipped and say so:
+Values are JSON. Where the original design was a draft we follow what Apache
+Kafka 0.8 shipped and say so:
 
-  /controller                                   ephemeral  {"brokerid", "timestamp"}      (seed path 1)
+  /controller                                   ephemeral  {"brokerid", "timestamp"}      (original design)
   /controller_epoch                             persistent "N"                           (Kafka 0.8)
-  /brokers/ids/[id]                             ephemeral  {"host", "port", "start_epoch"} (seed path 2)
-  /brokers/start_epochs/[id]                    persistent "N", bumped at every broker start
-  /brokers/topics/[topic]                       persistent {"partitions": {"0": [1, 2], ...}} (seed path 3)
+  /brokers/ids/[id]                             ephemeral  {"host", "port", "start_epoch"} (original design)
+  /brokers/start_epochs/[id]                    persistent "N", bumped at every registration
+  /brokers/topics/[topic]                       persistent {"partitions": {"0": [1, 2], ...}} (original design)
   /brokers/topics/[topic]/[p]/leaderAndISR      persistent {"leader", "leader_epoch", "isr",
-                                                            "controller_epoch"}           (seed path 4)
+                                                            "controller_epoch"}           (original design)
   /admin/reassign_partitions                    {"partitions": [{"topic", "partition", "replicas"}]}
                                                 (one znode for all partitions, as KAFKA-42 / Kafka 0.8)
-  /admin/partitions_add/[topic]/[p]             [broker ids]                             (seed path 6)
-  /admin/partitions_remove/[topic]/[p]          ""                                       (seed path 6)
-  /admin/delete_topics/[topic]                  ""    (Kafka 0.8.2's delete-topic marker; the seed
-                                                       only says "if a topic is deleted")
+  /admin/partitions_add/[topic]/[p]             [broker ids]                             (original design)
+  /admin/partitions_remove/[topic]/[p]          ""                                       (original design)
+  /admin/delete_topics/[topic]                  ""    (Kafka 0.8.2's delete-topic marker; the
+                                                       original design had no path for it)
   /admin/preferred_replica_election             {"partitions": [{"topic", "partition"}]} (Kafka 0.8)
   /isr_change_notification/isr_change_NNN       {"partitions": [{"topic", "partition"}]}
                                                 (Kafka 0.9's fix for a controller that never
                                                  learns leader-made ISR changes)
-  /state_change_log/entry-NNN                   [state-change records]  (seed 002 §7; kept in
-                                                ZooKeeper so any tool can read it)
+  /state_change_log/entry-NNN                   [state-change records]  (docs/design.md#state-change-log;
+                                                kept in ZooKeeper so any tool can read it)
 """
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 ISR_CHANGE_PREFIX = ISR_CHANGE_NOTIFICATION + "/isr_change_"
 STATE_CHANGE_LOG = "/state_change_log"
+PRODUCER_ID_BLOCK = "/latest_producer_id_block"  # Kafka's path (KIP-98)
 
 # Persistent paths created on first start (by any broker, idempotently).
 PERSISTENT_PATHS = (
@@ -115,7 +116,7 @@ class BrokerRegistration:
 @dataclass(frozen=True)
 class LeaderAndIsr:
     """The value at /brokers/topics/[t]/[p]/leaderAndISR, plus the znode version
-    that conditional writes are made against (seed 000: LeaderAndISRVersionInZK)."""
+    that conditional writes are made against ("zkVersion", docs/design.md#zk-layout)."""
     leader: int
     leader_epoch: int
     isr: tuple[int, ...]

@@ -1,4 +1,4 @@
-"""The controller (seed 000 A-F, H; seed 003 event queue; KAFKA-42)."""
+"""The controller (docs/design.md#controller; KAFKA-42)."""
 from .controller import Controller, ControllerHalted, HALT_ENV
 
 __all__ = ["Controller", "ControllerHalted", "HALT_ENV"]

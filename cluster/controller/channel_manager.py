@@ -1,7 +1,7 @@
 """Controller -> broker channels (Kafka's ControllerChannelManager and
 RequestSendThread): one queue and one sender thread per live broker, so a
 slow or unreachable broker delays only its own requests, never the event
-queue or the other brokers (seed 003 discussion 3).
+queue or the other brokers (docs/design.md#request-batch).
 
 A request to an unreachable broker is retried with backoff, on a new
 connection, until the controller removes the broker because ZooKeeper says it

@@ -1,6 +1,7 @@
 """ControllerContext: the controller's in-memory copy of the cluster state
-(Kafka's ControllerContext). It is loaded from ZooKeeper at failover (seed
-§D) and then changed only by the event thread, so it needs no lock."""
+(Kafka's ControllerContext). It is loaded from ZooKeeper at failover
+(docs/design.md#controller-failover) and then changed only by the event
+thread, so it needs no lock."""
 from __future__ import annotations
 
 from collections import defaultdict

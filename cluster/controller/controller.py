@@ -1,4 +1,5 @@
-"""The controller (seed 000 A-F, H; seed 003's single event queue).
+"""The controller (docs/design.md#controller; its single event queue:
+docs/design.md#event-queue).
 
 Every broker runs a Controller; the one that creates the ephemeral
 /controller znode is active. ZooKeeper watches, timers and the request
@@ -17,9 +18,10 @@ ZooKeeper write of an active controller also checks the version of
 /controller_epoch it wrote, so a zombie cannot change anything in ZooKeeper,
 and brokers reject its requests by epoch.
 
-Not in the seed (after later Kafka): at failover, a leader that restarted
-while no controller watched loses its leadership to an ISR member that did
-not (KIP-380's broker epochs; see _move_leaders_restarted_unseen).
+Not in the original design (as later Kafka did, docs/design.md#controller-failover):
+at failover, a leader that restarted while no controller watched loses its
+leadership to an ISR member that did not (KIP-380's broker epochs; see
+_move_leaders_restarted_unseen).
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ from kazoo.protocol.states import EventType, WatchedEvent
 from cluster import zkpaths
 from cluster.config import BrokerConfig
 from cluster.protocol import control
+from cluster.protocol import errors as E
 from cluster.zkpaths import NO_LEADER, BrokerRegistration, LeaderAndIsr, TopicAssignment
 
 from . import events as ev
@@ -89,9 +92,13 @@ class Controller:
         self.sclog.guard = self._check_session
         self.store.guard = self._check_session
         self.batch = RequestBatch(self.ctx)
-        self.psm = PartitionStateMachine(self)
-        self.rsm = ReplicaStateMachine(self)
-        self.reassigner = Reassigner(self)
+        self.psm = PartitionStateMachine(broker_id, self.ctx, self.store, self.batch, self.sclog,
+                                         default_selector=self.offline_selector)
+        self.rsm = ReplicaStateMachine(broker_id, self.ctx, self.store, self.batch, self.sclog)
+        self.reassigner = Reassigner(broker_id, zk, self.ctx, self.store, self.batch, self.sclog,
+                                     self.psm, self.rsm, selector=self.reassigned_selector,
+                                     watch=self._watcher, write_assignment=self._write_topic,
+                                     step_done=self.step_done)
         self.channels: ChannelManager | None = None
         self.unclean = bool(config["unclean.leader.election.enable"])
         # partition -> its ISR members that restarted unseen, during failover step 3b
@@ -113,6 +120,26 @@ class Controller:
         self.active_controller_id = -1
         self.last_event_done = 0.0
         self.events_handled = 0
+        # Every event and its handler, in one place (docs/design.md#event-queue).
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            ev.ControllerChange: self._on_ControllerChange,
+            ev.Reload: self._on_Reload,
+            ev.SessionExpired: self._on_SessionExpired,
+            ev.Shutdown: self._on_Shutdown,
+            ev.StaleEpochResponse: self._on_StaleEpochResponse,
+            ev.Resync: self._on_Resync,
+            ev.BrokerChange: self._on_BrokerChange,
+            ev.TopicChange: self._on_TopicChange,
+            ev.DeleteTopic: self._on_DeleteTopic,
+            ev.AddPartition: self._on_AddPartition,
+            ev.PartitionRemove: self._on_PartitionRemove,
+            ev.PreferredReplicaElection: self._on_PreferredReplicaElection,
+            ev.IsrChangeNotification: self._on_IsrChangeNotification,
+            ev.PartitionReassigned: self._on_PartitionReassigned,
+            ev.ReassignedPartitionIsrChange: self._on_ReassignedPartitionIsrChange,
+            ev.ReassignmentCheck: self._on_ReassignmentCheck,
+            ev.ControlledShutdown: self._on_ControlledShutdown,
+        }
 
     # ------------------------------------------------------------------ API
     @property
@@ -156,7 +183,7 @@ class Controller:
         never blocks."""
         e = ev.ControlledShutdown(broker_id, broker_epoch)
         if not self.is_active:
-            e.future.set_result((control.NOT_CONTROLLER, []))
+            e.future.set_result((E.NOT_CONTROLLER, []))
         else:
             self._put(e)
         return e.future
@@ -213,7 +240,7 @@ class Controller:
     @staticmethod
     def _fail_event(e: ev.ControllerEvent) -> None:
         if isinstance(e, ev.ControlledShutdown) and not e.future.done():
-            e.future.set_result((control.NOT_CONTROLLER, []))
+            e.future.set_result((E.NOT_CONTROLLER, []))
 
     def _check_session(self) -> None:
         """Raise if the session was lost since the current event began: a
@@ -224,7 +251,9 @@ class Controller:
             raise SessionExpiredError()
 
     def _process(self, e: ev.ControllerEvent) -> None:
-        handler = getattr(self, "_on_" + e.name)
+        handler = self._handlers.get(type(e))
+        if handler is None:
+            raise TypeError(f"controller event {e.name} has no handler")
         self._event_session = self._lost_count
         self.sclog.begin(e.name)
         start = time.monotonic()
@@ -457,7 +486,8 @@ class Controller:
         return got
 
     def _failover(self, increment_epoch: bool) -> None:
-        """Seed §D on_controller_failover, steps 3-9 (1-2 are the election)."""
+        """docs/design.md#controller-failover, steps 2-8 (step 1, the new
+        controller epoch, is the election's)."""
         t0 = time.monotonic()
         self._generation += 1
         self._watchers = {k: v for k, v in self._watchers.items() if k == "controller"}
@@ -469,7 +499,7 @@ class Controller:
         self._active = True
         self._ensure_paths()
         got = self._register_watches()
-        # 3. read all state, pipelined
+        # 2. read all state, pipelined
         ids = {int(b) for b in got["brokers"] if b.isdigit()}
         registered: dict[int, int] = {}
         self.ctx.live_brokers = self.store.read_brokers(ids, created=registered)
@@ -494,7 +524,7 @@ class Controller:
         self.psm.initialize()
         self.rsm.initialize()
         t_read = time.monotonic() - t0
-        # 3b. (not in the seed) leaders that restarted while no controller watched
+        # 3. leaders that restarted while no controller watched
         self._move_leaders_restarted_unseen(registered, written)
         # 4. LeaderAndIsr with INIT to every live broker (all its partitions),
         #    and the full metadata to everyone; sent as its own batch
@@ -520,7 +550,7 @@ class Controller:
         self.psm.trigger_online_state_change()
         # 7. resume reassignments
         self.reassigner.resume_all()
-        # 8, 9 and the rest: handled as the events they are
+        # 8. the rest: handled as the events they are
         for e in (ev.AddPartition(), ev.PartitionRemove(), ev.DeleteTopic(),
                   ev.PreferredReplicaElection(), ev.IsrChangeNotification()):
             self._put(e)
@@ -648,8 +678,8 @@ class Controller:
         if resp is None:
             return
         errors = [(p.topic, p.partition, p.error) for p in getattr(resp, "partitions", ()) if p.error]
-        if resp.error == control.STALE_CONTROLLER_EPOCH or any(
-                err == control.STALE_CONTROLLER_EPOCH for _, _, err in errors):
+        if resp.error == E.STALE_CONTROLLER_EPOCH or any(
+                err == E.STALE_CONTROLLER_EPOCH for _, _, err in errors):
             log.warning("controller %d: broker %d rejected %s of controller epoch %d: "
                         "STALE_CONTROLLER_EPOCH", self.broker_id, broker_id, type(req).__name__,
                         req.controller_epoch)
@@ -661,12 +691,19 @@ class Controller:
                                   note="STALE_CONTROLLER_EPOCH", level=logging.WARNING)
             threading.Thread(target=self.sclog.flush, kwargs={"timeout": 10.0}, daemon=True).start()
             self._put(ev.StaleEpochResponse(broker_id))
+        elif resp.error == E.STALE_BROKER_EPOCH:
+            # Another broker (or a later incarnation) now answers at the
+            # address broker_id registered with; the broker change that
+            # follows re-sends what the live broker needs.
+            log.warning("controller %d: %s for broker %d refused at its address: it is not "
+                        "that incarnation of broker %d (STALE_BROKER_EPOCH)", self.broker_id,
+                        type(req).__name__, broker_id, broker_id)
         elif resp.error or errors:
             log.error("controller %d: broker %d answered %s with error %s%s", self.broker_id,
-                      broker_id, type(req).__name__, control.error_name(resp.error),
+                      broker_id, type(req).__name__, E.name(resp.error),
                       f"; partition errors {errors[:5]}" if errors else "")
 
-    # ------------------------------------------------------ brokers (§A, §E)
+    # ------------------------------------- brokers (docs/design.md#broker-failure)
     def _on_BrokerChange(self, e: ev.BrokerChange) -> None:
         ids = self.zk.get_children(zkpaths.BROKER_IDS,
                                    watch=self._watcher("brokers", lambda _: ev.BrokerChange()))
@@ -696,8 +733,9 @@ class Controller:
             self._on_broker_startup(new)
 
     def _on_broker_failure(self, dead: set[int]) -> None:
-        """Seed §A: new leaders for partitions led by dead brokers; dead
-        replicas Offline (out of the ISRs); everyone gets the new metadata."""
+        """docs/design.md#broker-failure: new leaders for partitions led by
+        dead brokers; dead replicas Offline (out of the ISRs); everyone gets
+        the new metadata."""
         deleting = self.ctx.topics_being_deleted
         led = sorted(tp for tp in self.ctx.partitions_led_by(dead) if tp[0] not in deleting)
         self.psm.handle(led, PartitionState.OFFLINE)
@@ -711,7 +749,8 @@ class Controller:
         self.batch.add_update_metadata(None, [])
 
     def _on_broker_startup(self, new: set[int]) -> None:
-        """Seed §E from the controller's side: the new brokers get the full
+        """New brokers, from the controller's side (docs/design.md#broker-failure,
+        docs/design.md#broker-startup): the new brokers get the full
         metadata and a LeaderAndIsr for each of their replicas; leaderless
         partitions they host get leaders."""
         self.batch.add_update_metadata(new, None)
@@ -731,7 +770,7 @@ class Controller:
             if new.intersection(self.ctx.reassigning[tp].new_replicas):
                 self.reassigner.check(tp)
 
-    # ------------------------------------------------------- topics (§B)
+    # ---------------------------------------------- topics (docs/design.md#topics)
     def _on_TopicChange(self, e: ev.TopicChange) -> None:
         topics = set(self.zk.get_children(zkpaths.TOPICS,
                                           watch=self._watcher("topics", lambda _: ev.TopicChange())))
@@ -759,7 +798,7 @@ class Controller:
             self._on_new_partitions(created)
 
     def _on_new_partitions(self, tps: list[TP]) -> None:
-        """Kafka's onNewPartitionCreation = seed §B init_leaders."""
+        """Kafka's onNewPartitionCreation (docs/design.md#topics)."""
         replicas = [(tp, b) for tp in tps for b in self.ctx.assignments[tp]]
         self.psm.handle(tps, PartitionState.NEW)
         self.rsm.handle(replicas, ReplicaState.NEW)
@@ -802,7 +841,7 @@ class Controller:
     def _remove_partitions(self, tps: list[TP]) -> None:
         """Partitions and their replicas to NonExistent: StopReplica(delete)
         to the live replicas, and everyone forgets them. (A broker that is
-        down deletes its copy when it starts, seed §E 4.)"""
+        down deletes its copy when it starts, docs/design.md#broker-startup.)"""
         if not tps:
             return
         cancelled = [tp for tp in tps if tp in self.ctx.reassigning]
@@ -817,7 +856,7 @@ class Controller:
         for tp in tps:
             self.ctx.remove_partition(tp)
 
-    # ------------------------------------------- add / remove partitions (§H)
+    # --------------------------- add / remove partitions (docs/design.md#partitions)
     def _read_admin_tree(self, base: str, key: str, make: Callable[[], ev.ControllerEvent]
                          ) -> dict[TP, tuple[bytes, str]]:
         """/admin/partitions_{add,remove}/T/P -> {(T, P): (data, path)}, with
@@ -872,10 +911,10 @@ class Controller:
         return False
 
     def _on_AddPartition(self, e: ev.AddPartition) -> None:
-        """Seed §H on_partitions_add. Order differs from the seed for crash
-        safety: the new AR and the removal of the admin znodes are one multi,
-        then leaders are initialized; a controller dying in between leaves
-        partitions without leaderAndISR, which failover step 6 initializes."""
+        """docs/design.md#partitions. For crash safety the new AR and the
+        removal of the admin znodes are one multi, then leaders are
+        initialized; a controller dying in between leaves partitions without
+        leaderAndISR, which failover step 6 initializes."""
         pending = self._read_admin_tree(zkpaths.PARTITIONS_ADD, "add", ev.AddPartition)
         by_topic: dict[str, dict[int, tuple[tuple[int, ...], str]]] = {}
         for (t, p), (data, path) in sorted(pending.items()):
@@ -915,7 +954,7 @@ class Controller:
                 pass
 
     def _on_PartitionRemove(self, e: ev.PartitionRemove) -> None:
-        """Seed §H on_partitions_remove: StopReplica(delete) to the replicas,
+        """docs/design.md#partitions: StopReplica(delete) to the replicas,
         then the new AR and the admin znode removal in one multi, then the
         partitions' znodes."""
         pending = self._read_admin_tree(zkpaths.PARTITIONS_REMOVE, "remove", ev.PartitionRemove)
@@ -1031,7 +1070,7 @@ class Controller:
         for tp in tps & set(self.ctx.reassigning):
             self.reassigner.check(tp)
 
-    # ------------------------------------------------------ reassignment (§F)
+    # ---------------------------------- reassignment (docs/design.md#reassignment)
     def _on_PartitionReassigned(self, e: ev.PartitionReassigned) -> None:
         self.reassigner.on_admin_change()
 
@@ -1075,12 +1114,12 @@ class Controller:
             self._on_BrokerChange(ev.BrokerChange())
         reg = self.ctx.live_brokers.get(b)
         if reg is None:
-            e.future.set_result((control.BROKER_NOT_AVAILABLE, []))
+            e.future.set_result((E.BROKER_NOT_AVAILABLE, []))
             return
         if e.broker_epoch >= 0 and reg.start_epoch != e.broker_epoch:
             log.warning("controller %d: controlled shutdown of broker %d with start epoch %d, "
                         "registered %d", self.broker_id, b, e.broker_epoch, reg.start_epoch)
-            e.future.set_result((control.STALE_BROKER_EPOCH, []))
+            e.future.set_result((E.STALE_BROKER_EPOCH, []))
             return
         self.ctx.shutting_down.add(b)
         self.sclog.record("brokers", note=f"controlled shutdown of broker {b}", target_broker=b)
@@ -1097,7 +1136,7 @@ class Controller:
                            if lai.leader == b and len(self.ctx.assignments.get(tp, ())) > 1)
         log.info("controller %d: controlled shutdown of broker %d: moved %d leaders, %d remain",
                  self.broker_id, b, len(led) - len(remaining), len(remaining))
-        result = (control.NONE, remaining)
+        result = (E.NONE, remaining)
         done = self._finish_event()
         # Answer once the new leaders have acknowledged (bounded), so a broker
         # that stops right after the answer leaves no partition without a

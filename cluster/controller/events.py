@@ -1,9 +1,9 @@
-"""Controller events (seed 003). ZooKeeper watches, the request handler and
-timers only create these and put them on the controller's queue; one thread
-handles them in order.
+"""Controller events (docs/design.md#event-queue). ZooKeeper watches, the
+request handler and timers only create these and put them on the
+controller's queue; one thread handles them in order.
 
-Seed 003's eight types are here under its names; the rest are what Kafka's
-event-queue controller (KAFKA-5642) also needed."""
+The original design's eight types are here under its names; the rest are
+what Kafka's event-queue controller (KAFKA-5642) also needed."""
 from __future__ import annotations
 
 import concurrent.futures
@@ -21,15 +21,15 @@ class ControllerEvent:
         return type(self).__name__
 
 
-# -- seed 003's eight ----------------------------------------------------------
+# -- the original design's eight ----------------------------------------------
 @dataclass
 class AddPartition(ControllerEvent):
-    """/admin/partitions_add changed (seed §H)."""
+    """/admin/partitions_add changed (docs/design.md#partitions)."""
 
 
 @dataclass
 class TopicChange(ControllerEvent):
-    """/brokers/topics children changed (seed §B)."""
+    """/brokers/topics children changed (docs/design.md#topics)."""
 
 
 @dataclass
@@ -39,7 +39,7 @@ class DeleteTopic(ControllerEvent):
 
 @dataclass
 class BrokerChange(ControllerEvent):
-    """/brokers/ids children changed (seed §A, §E)."""
+    """/brokers/ids children changed (docs/design.md#broker-failure)."""
 
 
 @dataclass
@@ -71,7 +71,7 @@ class ControlledShutdown(ControllerEvent):
 # -- what Kafka also needed ----------------------------------------------------
 @dataclass
 class PartitionRemove(ControllerEvent):
-    """/admin/partitions_remove changed (seed §H)."""
+    """/admin/partitions_remove changed (docs/design.md#partitions)."""
 
 
 @dataclass
@@ -81,8 +81,8 @@ class IsrChangeNotification(ControllerEvent):
 
 @dataclass
 class ReassignmentCheck(ControllerEvent):
-    """Periodic wake-up of the reassignment agent (seed §F), in case an ISR
-    watch was missed."""
+    """Periodic wake-up of the reassignment agent (docs/design.md#reassignment),
+    in case an ISR watch was missed."""
 
 
 @dataclass

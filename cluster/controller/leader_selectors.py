@@ -35,9 +35,9 @@ def _live(replicas: Sequence[int], live: Collection[int]) -> tuple[int, ...]:
 
 
 def init_leader(assigned: Sequence[int], live: Collection[int]) -> LeaderChoice:
-    """A new partition (seed §B init_leaders 1.1): the first live replica of AR
-    (the preferred one when it is up, as Kafka does) leads, all live AR
-    replicas form the ISR."""
+    """A new partition (docs/design.md#partition-states): the first live
+    replica of AR (the preferred one when it is up, as Kafka does) leads, all
+    live AR replicas form the ISR."""
     live_ar = _live(assigned, live)
     if not live_ar:
         raise NoLeaderError(f"no replica of {list(assigned)} is alive")
@@ -46,9 +46,10 @@ def init_leader(assigned: Sequence[int], live: Collection[int]) -> LeaderChoice:
 
 def offline_leader(assigned: Sequence[int], current: LeaderAndIsr, live: Collection[int],
                    unclean_enabled: bool) -> LeaderChoice:
-    """Seed §A 3.2: a live ISR member if there is one (ISR = its live members);
-    otherwise, only if unclean election is enabled, a live AR replica with
-    ISR = [it] (data loss: the caller logs a WARNING); otherwise leader -1.
+    """The offline selector (docs/design.md#leader-selection): a live ISR
+    member if there is one (ISR = its live members); otherwise, only if
+    unclean election is enabled, a live AR replica with ISR = [it] (data
+    loss: the caller logs a WARNING); otherwise leader -1.
 
     With leader -1 the ISR is left as it was, so that when one of its members
     returns it can be elected cleanly (Kafka >= 1.1 keeps the last ISR too).

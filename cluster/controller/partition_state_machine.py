@@ -10,8 +10,8 @@
 An illegal transition is logged as an error and changes nothing. Every
 transition to Online writes leaderAndISR conditionally on its zkVersion, in
 batches (zk_store), re-reading and retrying a partition whose znode changed
-meanwhile (seed §A 3.3), then adds a LeaderAndIsr for the partition's live
-replicas to the event's request batch."""
+meanwhile (docs/design.md#partition-states), then adds a LeaderAndIsr for the
+partition's live replicas to the event's request batch."""
 from __future__ import annotations
 
 import enum
@@ -20,8 +20,11 @@ from typing import Any, Callable, Iterable
 
 from cluster.zkpaths import NO_LEADER, LeaderAndIsr
 
-from .context import TP
+from .context import TP, ControllerContext
 from .leader_selectors import LeaderChoice, NoLeaderError, init_leader
+from .request_batch import RequestBatch
+from .state_change_log import StateChangeLog
+from .zk_store import ZkStore
 
 log = logging.getLogger("chaoslog.controller")
 
@@ -46,7 +49,7 @@ VALID_PREVIOUS: dict[PartitionState, frozenset[PartitionState]] = {
 MAX_ROUNDS = 10
 
 
-def update_leader_and_isr(ctrl: Any, tps: Iterable[TP],
+def update_leader_and_isr(store: ZkStore, ctx: ControllerContext, tps: Iterable[TP],
                           compute: Callable[[TP, LeaderAndIsr], tuple[LeaderAndIsr, Any] | None]
                           ) -> tuple[dict[TP, tuple[LeaderAndIsr, Any]], dict[TP, str]]:
     """Read-modify-write leaderAndISR of many partitions: read them fresh
@@ -55,14 +58,14 @@ def update_leader_and_isr(ctrl: Any, tps: Iterable[TP],
     multi batches; re-read and recompute those whose version moved.
     Returns ({tp: (written value with new zk_version, info)}, {tp: why failed}).
     Partitions computed as "no change" are in neither but their fresh value is
-    put in ctrl.ctx.leaders."""
+    put in ctx.leaders."""
     ok: dict[TP, tuple[LeaderAndIsr, Any]] = {}
     failed: dict[TP, str] = {}
     remaining = list(dict.fromkeys(tps))
     for _ in range(MAX_ROUNDS):
         if not remaining:
             break
-        current = ctrl.store.read_leader_and_isr(remaining)
+        current = store.read_leader_and_isr(remaining)
         updates: dict[TP, LeaderAndIsr] = {}
         infos: dict[TP, Any] = {}
         for tp in remaining:
@@ -70,7 +73,7 @@ def update_leader_and_isr(ctrl: Any, tps: Iterable[TP],
             if cur is None:
                 failed[tp] = "no leaderAndISR znode"
                 continue
-            ctrl.ctx.leaders[tp] = cur
+            ctx.leaders[tp] = cur
             try:
                 res = compute(tp, cur)
             except NoLeaderError as e:
@@ -82,9 +85,9 @@ def update_leader_and_isr(ctrl: Any, tps: Iterable[TP],
             updates[tp] = LeaderAndIsr(new.leader, new.leader_epoch, tuple(new.isr),
                                        new.controller_epoch, cur.zk_version)
             infos[tp] = info
-        written, conflicts = ctrl.store.update_leader_and_isr(updates)
+        written, conflicts = store.update_leader_and_isr(updates)
         for tp, v in written.items():
-            ctrl.ctx.leaders[tp] = v
+            ctx.leaders[tp] = v
             ok[tp] = (v, infos[tp])
         remaining = sorted(conflicts)
         if remaining:
@@ -95,8 +98,19 @@ def update_leader_and_isr(ctrl: Any, tps: Iterable[TP],
 
 
 class PartitionStateMachine:
-    def __init__(self, ctrl: Any) -> None:
-        self.ctrl = ctrl
+    """Partition states (docs/design.md#partition-states) and the leader
+    elections that move partitions Online. Handed the controller's context,
+    its ZooKeeper store, the request batch being collected, the state-change
+    log and the selector used when none is named (offline partitions)."""
+
+    def __init__(self, broker_id: int, ctx: ControllerContext, store: ZkStore,
+                 batch: RequestBatch, sclog: StateChangeLog, default_selector: Selector) -> None:
+        self.broker_id = broker_id
+        self.ctx = ctx
+        self.store = store
+        self.batch = batch
+        self.sclog = sclog
+        self.default_selector = default_selector
         self.states: dict[TP, PartitionState] = {}
 
     def state(self, tp: TP) -> PartitionState:
@@ -108,7 +122,7 @@ class PartitionStateMachine:
     def initialize(self) -> None:
         """From the context just loaded: leader live -> Online; a leaderAndISR
         with a dead (or no) leader -> Offline; none -> New."""
-        ctx = self.ctrl.ctx
+        ctx = self.ctx
         live = ctx.live_ids()
         self.states.clear()
         for tp in ctx.assignments:
@@ -127,8 +141,8 @@ class PartitionStateMachine:
             self.states.pop(tp, None)
         else:
             self.states[tp] = to
-        lai = lai or self.ctrl.ctx.leaders.get(tp)
-        self.ctrl.sclog.record("partition", tp[0], tp[1], from_state=frm.value, to_state=to.value,
+        lai = lai or self.ctx.leaders.get(tp)
+        self.sclog.record("partition", tp[0], tp[1], from_state=frm.value, to_state=to.value,
                                leader=lai.leader if lai else None,
                                leader_epoch=lai.leader_epoch if lai else None,
                                isr=lai.isr if lai else None, note=note, level=level)
@@ -142,7 +156,7 @@ class PartitionStateMachine:
             cur = self.state(tp)
             if cur not in VALID_PREVIOUS[target]:
                 msg = f"illegal partition state change {cur.value} -> {target.value}"
-                log.error("controller %d: %s for %s", self.ctrl.broker_id, msg, tp)
+                log.error("controller %d: %s for %s", self.broker_id, msg, tp)
                 failed[tp] = msg
                 continue
             legal.append(tp)
@@ -153,7 +167,7 @@ class PartitionStateMachine:
             d, f = self._init_leaders(new)
             done |= d
             failed.update(f)
-            d, f = self.elect(old, selector or self.ctrl.offline_selector)
+            d, f = self.elect(old, selector or self.default_selector)
             done |= d
             failed.update(f)
         else:
@@ -163,7 +177,7 @@ class PartitionStateMachine:
         return done, failed
 
     def _init_leaders(self, tps: list[TP]) -> tuple[set[TP], dict[TP, str]]:
-        ctrl, ctx = self.ctrl, self.ctrl.ctx
+        ctx = self.ctx
         live = ctx.live_ids()
         creates: dict[TP, LeaderAndIsr] = {}
         failed: dict[TP, str] = {}
@@ -176,19 +190,19 @@ class PartitionStateMachine:
             creates[tp] = LeaderAndIsr(choice.leader, 0, choice.isr, ctx.epoch)
         if failed:
             log.warning("controller %d: %d new partitions have no live replica yet, e.g. %s: %s",
-                        ctrl.broker_id, len(failed), *next(iter(failed.items())))
-        created, existing = ctrl.store.create_leader_and_isr(creates) if creates else ({}, set())
+                        self.broker_id, len(failed), *next(iter(failed.items())))
+        created, existing = self.store.create_leader_and_isr(creates) if creates else ({}, set())
         done: set[TP] = set()
         for tp, lai in created.items():
             ctx.leaders[tp] = lai
             self._set(tp, P.ONLINE, lai)
-            ctrl.batch.add_leader_and_isr(ctx.replicas_for_request(tp), tp, lai,
+            self.batch.add_leader_and_isr(ctx.replicas_for_request(tp), tp, lai,
                                           ctx.replicas_for_request(tp))
             done.add(tp)
         if existing:
             # Someone (a previous controller) initialized them already: adopt
             # the znode; elect only if its leader is gone.
-            current = ctrl.store.read_leader_and_isr(existing)
+            current = self.store.read_leader_and_isr(existing)
             to_elect = []
             for tp, lai in current.items():
                 if lai is None:
@@ -197,22 +211,22 @@ class PartitionStateMachine:
                 ctx.leaders[tp] = lai
                 if lai.leader in live:
                     self._set(tp, P.ONLINE, lai, note="adopted existing leaderAndISR")
-                    ctrl.batch.add_leader_and_isr(ctx.replicas_for_request(tp), tp, lai,
+                    self.batch.add_leader_and_isr(ctx.replicas_for_request(tp), tp, lai,
                                                   ctx.replicas_for_request(tp))
                     done.add(tp)
                 else:
                     self.states[tp] = P.OFFLINE
                     to_elect.append(tp)
-            d, f = self.elect(to_elect, ctrl.offline_selector)
+            d, f = self.elect(to_elect, self.default_selector)
             done |= d
             failed.update(f)
         return done, failed
 
     def elect(self, tps: list[TP], selector: Selector) -> tuple[set[TP], dict[TP, str]]:
         """Online/Offline -> Online with `selector`. A choice of leader -1 (no
-        candidate) is written too (seed §A: "set the new leader to -1") and
+        candidate) is written too (docs/design.md#partition-states) and
         leaves the partition Offline."""
-        ctrl, ctx = self.ctrl, self.ctrl.ctx
+        ctx = self.ctx
         if not tps:
             return set(), {}
 
@@ -222,33 +236,33 @@ class PartitionStateMachine:
                 raise NoLeaderError("no live replica to lead (leader already -1)")
             return LeaderAndIsr(choice.leader, cur.leader_epoch + 1, choice.isr, ctx.epoch), choice
 
-        written, failed = update_leader_and_isr(ctrl, tps, compute)
+        written, failed = update_leader_and_isr(self.store, ctx, tps, compute)
         done: set[TP] = set()
         for tp, (lai, choice) in written.items():
             if lai.leader == NO_LEADER:
                 self._set(tp, P.OFFLINE, lai, note="no live replica can lead: leader -1",
                           level=logging.WARNING)
-                ctrl.batch.add_update_metadata(None, [tp])
+                self.batch.add_update_metadata(None, [tp])
                 failed[tp] = "no live replica can lead"
                 continue
             note = None
             if choice.unclean:
                 note = ("UNCLEAN leader election: no live in-sync replica, chose out-of-sync "
                         f"replica {lai.leader}; committed messages may be lost")
-                log.warning("controller %d: partition %s-%d: %s", ctrl.broker_id, tp[0], tp[1], note)
+                log.warning("controller %d: partition %s-%d: %s", self.broker_id, tp[0], tp[1], note)
             self._set(tp, P.ONLINE, lai, note=note,
                       level=logging.WARNING if choice.unclean else logging.INFO)
-            ctrl.batch.add_leader_and_isr(choice.recipients, tp, lai, ctx.replicas_for_request(tp))
+            self.batch.add_leader_and_isr(choice.recipients, tp, lai, ctx.replicas_for_request(tp))
             done.add(tp)
         for tp, why in failed.items():
             if tp not in written:
-                log.info("controller %d: no new leader for %s-%d: %s", ctrl.broker_id, tp[0], tp[1], why)
+                log.info("controller %d: no new leader for %s-%d: %s", self.broker_id, tp[0], tp[1], why)
         return done, failed
 
     def trigger_online_state_change(self) -> None:
         """Elect leaders for every New or Offline partition (not being deleted)."""
-        deleting = self.ctrl.ctx.topics_being_deleted
+        deleting = self.ctx.topics_being_deleted
         tps = [tp for tp, s in self.states.items()
                if s in (P.NEW, P.OFFLINE) and tp[0] not in deleting]
         if tps:
-            self.handle(sorted(tps), P.ONLINE, self.ctrl.offline_selector)
+            self.handle(sorted(tps), P.ONLINE, self.default_selector)

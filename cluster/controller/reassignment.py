@@ -1,4 +1,5 @@
-"""Partition reassignment as KAFKA-42 / Kafka 0.8.0 did it.
+"""Partition reassignment as KAFKA-42 / Kafka 0.8.0 did it
+(docs/design.md#reassignment).
 
 The admin writes /admin/reassign_partitions (all partitions in one znode).
 For each partition, with AR its assigned replicas and RAR the requested ones:
@@ -9,7 +10,7 @@ For each partition, with AR its assigned replicas and RAR the requested ones:
      LeaderAndIsr to AR + RAR whose replica list includes RAR, so the leader
      accepts the new followers (Kafka 0.8.1 added the epoch bump for this)
   3. wait until RAR is a subset of the ISR (on each ISR change, and on the
-     reassignment agent's periodic wake-up, seed §F)
+     reassignment agent's periodic wake-up)
   4. if the leader is not in RAR (or not alive), elect one from RAR
      (reassigned-partition selector)
   5. stop the old replicas AR - RAR: they leave the ISR (leader epoch + 1,
@@ -20,40 +21,62 @@ For each partition, with AR its assigned replicas and RAR the requested ones:
 Every step is idempotent and is its own ZooKeeper write, so a controller that
 fails over between any two steps is replaced by one that resumes from the
 admin path: it restarts at step 1 and skips what is already true (KAFKA-42
-"Partition Reassignment failure cases" 1-5). Controller.step_done() is called
+"Partition Reassignment failure cases" 1-5). step_done() (the controller's) is called
 after each step; it is where the test hook halts a controller.
 """
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Callable
 
 from kazoo.exceptions import BadVersionError, NoNodeError, NodeExistsError
 
 from cluster import zkpaths
 from cluster.zkpaths import LeaderAndIsr
 
-from .context import TP, ReassignmentContext
-from .partition_state_machine import PartitionState, update_leader_and_isr
-from .replica_state_machine import ReplicaState
-from .zk_store import Op
+from .context import TP, ControllerContext, ReassignmentContext
+from .partition_state_machine import (PartitionState, PartitionStateMachine, Selector,
+                                      update_leader_and_isr)
+from .replica_state_machine import ReplicaState, ReplicaStateMachine
+from .request_batch import RequestBatch
+from .state_change_log import StateChangeLog
+from .zk_store import Op, ZkStore
 
 log = logging.getLogger("chaoslog.controller")
 
 
 class Reassigner:
-    def __init__(self, ctrl: Any) -> None:
-        self.ctrl = ctrl
+    """The reassignment agent. Handed the controller's context, ZooKeeper
+    client and store, request batch, state-change log and state machines,
+    plus three things of the controller itself: how it registers watches
+    (`watch(key, make_event)`), writes a topic's assignment
+    (`write_assignment(topic, partitions, extra_ops) -> bool`) and marks a
+    step done (`step_done(tp, step)`, where the test hook may halt it)."""
 
-    @property
-    def ctx(self):
-        return self.ctrl.ctx
+    def __init__(self, broker_id: int, zk: Any, ctx: ControllerContext, store: ZkStore,
+                 batch: RequestBatch, sclog: StateChangeLog, psm: PartitionStateMachine,
+                 rsm: ReplicaStateMachine, *, selector: Selector,
+                 watch: Callable[[str, Callable[[Any], Any]], Callable],
+                 write_assignment: Callable[[str, dict[int, tuple[int, ...]], list], bool],
+                 step_done: Callable[[TP, int], None]) -> None:
+        self.broker_id = broker_id
+        self.zk = zk
+        self.ctx = ctx
+        self.store = store
+        self.batch = batch
+        self.sclog = sclog
+        self.psm = psm
+        self.rsm = rsm
+        self.selector = selector
+        self.watch = watch
+        self.write_assignment = write_assignment
+        self.step_done = step_done
 
     # -- the admin znode -------------------------------------------------------
     def _read_plan(self) -> tuple[dict[TP, tuple[int, ...]], int]:
         from . import events as ev
-        zk = self.ctrl.zk
-        watch = self.ctrl._watcher("reassign", lambda _: ev.PartitionReassigned())
+        zk = self.zk
+        watch = self.watch("reassign", lambda _: ev.PartitionReassigned())
         if zk.exists(zkpaths.REASSIGN_PARTITIONS, watch=watch) is None:
             return {}, -1
         try:
@@ -63,9 +86,9 @@ class Reassigner:
         try:
             return zkpaths.decode_reassignment(data), stat.version
         except (ValueError, KeyError, TypeError, AttributeError):
-            log.error("controller %d: unreadable %s: %r; removing it", self.ctrl.broker_id,
+            log.error("controller %d: unreadable %s: %r; removing it", self.broker_id,
                       zkpaths.REASSIGN_PARTITIONS, data)
-            self.ctrl.store.delete_one(zkpaths.REASSIGN_PARTITIONS, stat.version)
+            self.store.delete_one(zkpaths.REASSIGN_PARTITIONS, stat.version)
             return {}, -1
 
     def _remove_from_plan(self, tps: set[TP]) -> None:
@@ -80,7 +103,7 @@ class Reassigner:
                         zkpaths.encode_reassignment({tp: list(r) for tp, r in rest.items()}), version)
             else:
                 op = Op("delete", zkpaths.REASSIGN_PARTITIONS, version=version)
-            r = self.ctrl.store.run([op])[0]
+            r = self.store.run([op])[0]
             if not isinstance(r, (BadVersionError, NoNodeError)):
                 if isinstance(r, Exception):
                     raise r
@@ -122,22 +145,22 @@ class Reassigner:
             if cur is not None and cur.last_step >= 1:
                 if cur.new_replicas != rar:
                     log.error("controller %d: %s-%d is already being reassigned to %s; ignoring "
-                              "the new target %s", self.ctrl.broker_id, *tp, list(cur.new_replicas),
+                              "the new target %s", self.broker_id, *tp, list(cur.new_replicas),
                               list(rar))
                 continue
             why = self._validate(tp, rar, check_live=not resume)
             if why == "done":
                 # KAFKA-42 case 5: a previous controller got to step 6
-                log.info("controller %d: reassignment of %s-%d already complete", self.ctrl.broker_id, *tp)
+                log.info("controller %d: reassignment of %s-%d already complete", self.broker_id, *tp)
                 self.ctx.reassigning.pop(tp, None)
                 finished.add(tp)
-                self.ctrl.sclog.record("reassignment", tp[0], tp[1], to_state="complete",
+                self.sclog.record("reassignment", tp[0], tp[1], to_state="complete",
                                        note=f"AR already {list(rar)}")
                 continue
             if why:
-                log.error("controller %d: cannot reassign %s-%d to %s: %s", self.ctrl.broker_id,
+                log.error("controller %d: cannot reassign %s-%d to %s: %s", self.broker_id,
                           tp[0], tp[1], list(rar), why)
-                self.ctrl.sclog.record("reassignment", tp[0], tp[1], to_state="rejected",
+                self.sclog.record("reassignment", tp[0], tp[1], to_state="rejected",
                                        note=f"RAR {list(rar)}: {why}", level=logging.ERROR)
                 self.ctx.reassigning.pop(tp, None)
                 finished.add(tp)
@@ -146,7 +169,7 @@ class Reassigner:
             self.start(tp)
         for tp in [tp for tp in self.ctx.reassigning if tp not in plan]:
             log.warning("controller %d: reassignment of %s-%d was withdrawn from %s; no longer "
-                        "tracking it", self.ctrl.broker_id, *tp, zkpaths.REASSIGN_PARTITIONS)
+                        "tracking it", self.broker_id, *tp, zkpaths.REASSIGN_PARTITIONS)
             self.ctx.reassigning.pop(tp)
         if finished:
             self._remove_from_plan(finished)
@@ -154,7 +177,7 @@ class Reassigner:
     def cancel(self, tps: list[TP], why: str) -> None:
         for tp in tps:
             self.ctx.reassigning.pop(tp, None)
-            log.warning("controller %d: reassignment of %s-%d cancelled: %s", self.ctrl.broker_id,
+            log.warning("controller %d: reassignment of %s-%d cancelled: %s", self.broker_id,
                         tp[0], tp[1], why)
         self._remove_from_plan(set(tps))
 
@@ -168,78 +191,78 @@ class Reassigner:
                 return ev.ReassignedPartitionIsrChange((parts[-3], int(parts[-2])))
             except (IndexError, ValueError):
                 return None
-        return self.ctrl._watcher("reassign-isr", make)
+        return self.watch("reassign-isr", make)
 
     def start(self, tp: TP) -> None:
         self.step1_watch_isr(tp)
-        self.ctrl.step_done(tp, 1)
+        self.step_done(tp, 1)
         self.step2_start_new_replicas(tp)
-        self.ctrl.step_done(tp, 2)
+        self.step_done(tp, 2)
         self.check(tp)
 
     def step1_watch_isr(self, tp: TP) -> None:
-        self.ctrl.zk.exists(zkpaths.leader_and_isr_path(*tp), watch=self._isr_watch())
+        self.zk.exists(zkpaths.leader_and_isr_path(*tp), watch=self._isr_watch())
 
     def step2_start_new_replicas(self, tp: TP) -> None:
-        ctrl, ctx = self.ctrl, self.ctx
+        ctx = self.ctx
         rar = ctx.reassigning[tp].new_replicas
         ar = ctx.assignments[tp]
         new = [b for b in rar if b not in ar]
 
         def bump(_tp: TP, cur: LeaderAndIsr):
             return LeaderAndIsr(cur.leader, cur.leader_epoch + 1, cur.isr, ctx.epoch), None
-        written, _ = update_leader_and_isr(ctrl, [tp], bump)
+        written, _ = update_leader_and_isr(self.store, ctx, [tp], bump)
         replicas = ctx.replicas_for_request(tp)
         if tp in written:
-            ctrl.batch.add_leader_and_isr(replicas, tp, written[tp][0], replicas)
-        fresh = [(tp, b) for b in new if ctrl.rsm.state((tp, b)) is ReplicaState.NON_EXISTENT]
-        ctrl.rsm.handle(fresh, ReplicaState.NEW)
+            self.batch.add_leader_and_isr(replicas, tp, written[tp][0], replicas)
+        fresh = [(tp, b) for b in new if self.rsm.state((tp, b)) is ReplicaState.NON_EXISTENT]
+        self.rsm.handle(fresh, ReplicaState.NEW)
         log.info("controller %d: reassigning %s-%d from %s to %s: started replicas %s",
-                 ctrl.broker_id, tp[0], tp[1], list(ar), list(rar), new)
+                 self.broker_id, tp[0], tp[1], list(ar), list(rar), new)
 
     def check(self, tp: TP) -> None:
         """Step 3: is RAR in sync? If so, steps 4-7."""
-        ctrl, ctx = self.ctrl, self.ctx
+        ctx = self.ctx
         r = ctx.reassigning.get(tp)
         if r is None or r.last_step < 2:
             return
         try:
-            data, stat = ctrl.zk.get(zkpaths.leader_and_isr_path(*tp), watch=self._isr_watch())
+            data, stat = self.zk.get(zkpaths.leader_and_isr_path(*tp), watch=self._isr_watch())
         except NoNodeError:
             return
         lai = LeaderAndIsr.decode(data, stat.version)
         ctx.leaders[tp] = lai
         if not set(r.new_replicas) <= set(lai.isr):
             log.info("controller %d: reassignment of %s-%d waits for %s to join the ISR %s",
-                     ctrl.broker_id, tp[0], tp[1], sorted(set(r.new_replicas) - set(lai.isr)),
+                     self.broker_id, tp[0], tp[1], sorted(set(r.new_replicas) - set(lai.isr)),
                      list(lai.isr))
             return
-        ctrl.step_done(tp, 3)
+        self.step_done(tp, 3)
         if not self.step4_elect_leader(tp):
             return
-        ctrl.step_done(tp, 4)
+        self.step_done(tp, 4)
         self.step5_stop_old_replicas(tp)
-        ctrl.step_done(tp, 5)
+        self.step_done(tp, 5)
         if not self.step6_write_assignment(tp):
             return
-        ctrl.step_done(tp, 6)
+        self.step_done(tp, 6)
         self.step7_remove_admin_entry(tp)
 
     def step4_elect_leader(self, tp: TP) -> bool:
-        ctrl, ctx = self.ctrl, self.ctx
+        ctx = self.ctx
         rar = ctx.reassigning[tp].new_replicas
         lai = ctx.leaders[tp]
         if lai.leader in rar and lai.leader in ctx.live_ids():
             return True
-        done, failed = ctrl.psm.handle([tp], PartitionState.ONLINE, ctrl.reassigned_selector)
+        done, failed = self.psm.handle([tp], PartitionState.ONLINE, self.selector)
         if tp not in done:
             log.error("controller %d: reassignment of %s-%d: no leader from %s: %s",
-                      ctrl.broker_id, tp[0], tp[1], list(rar), failed.get(tp))
+                      self.broker_id, tp[0], tp[1], list(rar), failed.get(tp))
             return False
         return True
 
     def step5_stop_old_replicas(self, tp: TP) -> None:
-        ctrl, ctx = self.ctrl, self.ctx
+        ctx = self.ctx
         rar = ctx.reassigning[tp].new_replicas
         ctx.reassigning[tp].last_step = max(ctx.reassigning[tp].last_step, 4)
         old = [b for b in ctx.assignments[tp] if b not in rar]
@@ -247,31 +270,30 @@ class Reassigner:
         def shrink(_tp: TP, cur: LeaderAndIsr):
             isr = tuple(b for b in cur.isr if b in rar) or tuple(cur.isr)
             return LeaderAndIsr(cur.leader, cur.leader_epoch + 1, isr, ctx.epoch), None
-        written, failed = update_leader_and_isr(ctrl, [tp], shrink)
+        written, failed = update_leader_and_isr(self.store, ctx, [tp], shrink)
         if tp in written:
-            ctrl.batch.add_leader_and_isr(rar, tp, written[tp][0], rar)
-        replicas = [(tp, b) for b in old if ctrl.rsm.state((tp, b)) is not ReplicaState.NON_EXISTENT]
-        ctrl.rsm.handle(replicas, ReplicaState.OFFLINE, remove_from_isr=False, stop=False)
-        ctrl.rsm.handle(replicas, ReplicaState.NON_EXISTENT)
+            self.batch.add_leader_and_isr(rar, tp, written[tp][0], rar)
+        replicas = [(tp, b) for b in old if self.rsm.state((tp, b)) is not ReplicaState.NON_EXISTENT]
+        self.rsm.handle(replicas, ReplicaState.OFFLINE, remove_from_isr=False, stop=False)
+        self.rsm.handle(replicas, ReplicaState.NON_EXISTENT)
 
     def step6_write_assignment(self, tp: TP) -> bool:
-        ctrl, ctx = self.ctrl, self.ctx
+        ctx = self.ctx
         rar = ctx.reassigning[tp].new_replicas
         new_ar = dict(ctx.topic_assignment(tp[0]))
         new_ar[tp[1]] = rar
-        if not ctrl._write_topic(tp[0], new_ar, []):
+        if not self.write_assignment(tp[0], new_ar, []):
             log.error("controller %d: reassignment of %s-%d: could not write the new AR",
-                      ctrl.broker_id, *tp)
+                      self.broker_id, *tp)
             return False
         ctx.set_assignment(tp, rar)
-        new = [(tp, b) for b in rar if ctrl.rsm.state((tp, b)) is ReplicaState.NEW]
-        ctrl.rsm.handle(new, ReplicaState.ONLINE)
+        new = [(tp, b) for b in rar if self.rsm.state((tp, b)) is ReplicaState.NEW]
+        self.rsm.handle(new, ReplicaState.ONLINE)
         return True
 
     def step7_remove_admin_entry(self, tp: TP) -> None:
-        ctrl = self.ctrl
         self._remove_from_plan({tp})
-        ctrl.batch.add_update_metadata(None, [tp])
-        ctrl.step_done(tp, 7)
+        self.batch.add_update_metadata(None, [tp])
+        self.step_done(tp, 7)
         self.ctx.reassigning.pop(tp, None)
-        log.info("controller %d: reassignment of %s-%d complete", ctrl.broker_id, *tp)
+        log.info("controller %d: reassignment of %s-%d complete", self.broker_id, *tp)

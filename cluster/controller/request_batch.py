@@ -1,8 +1,7 @@
 """ControllerBrokerRequestBatch (Kafka's name): the requests one event causes,
 collected while the event runs and sent when it ends, so that each broker gets
 at most one LeaderAndIsr, one UpdateMetadata and one StopReplica per delete
-flag per event, however many partitions changed (seed 000 §A 4 "we can put
-multiple commands in one RPC request"; seed 003 discussion 1).
+flag per event, however many partitions changed (docs/design.md#request-batch).
 
 Per broker the order is LeaderAndIsr, UpdateMetadata, StopReplica (Kafka's
 order): a broker learns its new role before it forgets a replica. Different
@@ -15,6 +14,7 @@ from collections import defaultdict
 from typing import Any, Callable, Iterable
 
 from cluster.protocol import control
+from cluster.protocol import errors as E
 from cluster.protocol.control import BrokerEndpoint, PartitionState, TopicPartition
 from cluster.zkpaths import LeaderAndIsr
 
@@ -45,7 +45,7 @@ class AckTracker:
     def ack(self, broker_id: int, request: Any, response: Any) -> None:
         with self._lock:
             self.outstanding -= 1
-            err = getattr(response, "error", control.NONE) if response is not None else None
+            err = getattr(response, "error", E.NONE) if response is not None else None
             if err:
                 self.errors.append((broker_id, type(request).__name__, err))
             finished = self._sealed and self.outstanding == 0
@@ -124,6 +124,13 @@ class RequestBatch:
         reg = self.ctx.live_brokers.get(b)
         return BrokerEndpoint(b, reg.host, reg.port) if reg else None
 
+    def _address(self, b: int) -> dict[str, int]:
+        """Whom a request is for: the broker and the start epoch it
+        registered with, so that another broker now at that address (or a
+        later incarnation of it) refuses it."""
+        reg = self.ctx.live_brokers.get(b)
+        return {"broker_id": b, "broker_epoch": reg.start_epoch if reg else -1}
+
     def build(self, controller_id: int, epoch: int) -> list[tuple[int, Any]]:
         """(broker, request) in send order."""
         out: list[tuple[int, Any]] = []
@@ -138,7 +145,7 @@ class RequestBatch:
                 eps = tuple(e for e in (self._endpoint(x) for x in sorted(leaders)) if e)
                 out.append((b, control.LeaderAndIsrRequest(
                     controller_id, epoch, self.init,
-                    tuple(states[tp] for tp in sorted(states)), eps)))
+                    tuple(states[tp] for tp in sorted(states)), eps, **self._address(b))))
             if b in self.metadata_brokers:
                 if b in self.metadata_all_partitions:
                     if everything is None:
@@ -148,13 +155,13 @@ class RequestBatch:
                 else:
                     parts = changed
                 out.append((b, control.UpdateMetadataRequest(controller_id, epoch, tuple(parts),
-                                                             tuple(live_eps))))
+                                                             tuple(live_eps), **self._address(b))))
             for delete in (False, True):
                 tps = self.stop_replica.get((b, delete))
                 if tps:
                     out.append((b, control.StopReplicaRequest(
                         controller_id, epoch, delete,
-                        tuple(TopicPartition(t, p) for t, p in sorted(tps)))))
+                        tuple(TopicPartition(t, p) for t, p in sorted(tps)), **self._address(b))))
         return out
 
     def send(self, controller_id: int, epoch: int,

@@ -1,7 +1,7 @@
-"""The state-change log (seed 002 §7): every partition and replica state
-change, every request sent to a broker and every request a broker rejected,
-with the controller epoch, leader epoch and target broker, so that the whole
-lifecycle of a change can be followed.
+"""The state-change log (docs/design.md#state-change-log): every partition
+and replica state change, every request sent to a broker and every request a
+broker rejected, with the controller epoch, leader epoch and target broker, so
+that the whole lifecycle of a change can be followed.
 
 Records go to the Python logger at once and, at the end of each event, to
 ZooKeeper as sequential znodes /state_change_log/entry-NNNNNNNNNN, each a JSON

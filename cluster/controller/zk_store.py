@@ -1,9 +1,9 @@
 """Batched ZooKeeper reads and writes for the controller.
 
-Seed discussion 1: failing over 10,000 partitions one write at a time takes
-too long; "use the multi() support in ZK 3.4 to batch those writes". Measured
-here (environment.md): kazoo multi transactions of 100 ops reach 50,000+
-znodes/s, pipelined *_async single ops 2,500-5,000/s. So:
+Failing over 10,000 partitions one write at a time takes too long, so writes
+use ZooKeeper 3.4's multi() (docs/design.md#event-queue). Measured on the
+project's 2-core machines: kazoo multi transactions of 100 ops reach 50,000+ znodes/s,
+pipelined *_async single ops 2,500-5,000/s. So:
 
 * reads are pipelined *_async calls, a window of them in flight;
 * writes are multi transactions of up to CHUNK ops, all committed
@@ -14,7 +14,7 @@ znodes/s, pipelined *_async single ops 2,500-5,000/s. So:
 * a multi is all-or-nothing: when one op fails (say a BadVersion because a
   leader changed the ISR meanwhile) the others are retried without it and the
   failed op is reported, so the caller can re-read and retry that partition
-  (seed §A 3.3).
+  (docs/design.md#partition-states).
 """
 from __future__ import annotations
 

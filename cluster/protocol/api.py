@@ -2,9 +2,9 @@
 
 Bodies are decoded and encoded by kafka-python's classes, which are generated
 from Kafka's own JSON schemas (kafka-python is pinned: its internal API changed
-in 3.0). Version ranges are what the seed-era broker plus the KIP-98/101/279
-additions need: enough for unmodified confluent-kafka 2.x, kafka-python 3.x and
-aiokafka (environment.md, "Real Kafka clients against a broker of our own").
+in 3.0). Version ranges are what a Kafka 0.8-era broker plus the KIP-98/101/279
+additions need (docs/design.md#protocol): enough for unmodified confluent-kafka
+2.x, kafka-python 3.x and aiokafka (tests/cluster/server/test_clients_e2e.py).
 
 Group and coordinator APIs are deliberately absent: a consumer that sees no
 FindCoordinator in ApiVersions does not try to use a coordinator.
@@ -39,7 +39,8 @@ OFFSET_FOR_LEADER_EPOCH = 23
 # api key -> (min version, max version, request class, response class)
 CLIENT_APIS: dict[int, tuple[int, int, type, type]] = {
     PRODUCE: (0, 3, ProduceRequest, ProduceResponse),
-    FETCH: (0, 4, FetchRequest, FetchResponse),
+    # v5 reports the log start offset with every partition's records.
+    FETCH: (0, 5, FetchRequest, FetchResponse),
     LIST_OFFSETS: (0, 1, ListOffsetsRequest, ListOffsetsResponse),
     METADATA: (0, 4, MetadataRequest, MetadataResponse),
     API_VERSIONS: (0, 2, ApiVersionsRequest, ApiVersionsResponse),

@@ -1,9 +1,8 @@
 """Controller <-> broker requests: dataclasses and their binary codec.
 
-The controller (seed 000 "Overview": "the communication between the controller
-and the broker is done through direct RPC") tells brokers what to do with four
-requests. They use Kafka's wire framing so one socket server can serve both
-clients and the controller:
+The controller tells brokers what to do with four direct requests, not through
+ZooKeeper (docs/design.md#protocol). They use Kafka's wire framing so one
+socket server can serve both clients and the controller:
 
   frame            = int32 size, then size bytes
   request header   = int16 api_key, int16 api_version, int32 correlation_id,
@@ -13,13 +12,13 @@ clients and the controller:
                      for client_id); array = int32 count + elements; bool = int8
 
 Api keys are Kafka 0.8's (LeaderAndIsr 4, StopReplica 5, UpdateMetadata 6,
-ControlledShutdown 7); the bodies are our version 0, not Kafka's, because they
-carry what the seed design needs (zk_version and the full replica list in the
+ControlledShutdown 7); the bodies are our own (version 1), not Kafka's, because they
+carry what this design needs (zk_version and the full replica list in the
 partition state, the broker start epoch in ControlledShutdown).
 
 Every request carries the sender's controller epoch; a broker rejects one
 older than the newest it has seen with STALE_CONTROLLER_EPOCH (Kafka 0.8's fix
-for a zombie controller; seed 000 comment "The idea of an epoch ... is missing").
+for a zombie controller; docs/design.md#controller-epoch).
 
 Decoding is strict: trailing bytes, negative or impossible counts, bad UTF-8,
 unknown api keys or versions all raise ProtocolError, never anything else.
@@ -30,44 +29,17 @@ import struct
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
+from cluster.protocol import errors as E
+
 # --- api keys (Kafka 0.8) and the one version we speak ----------------------
 LEADER_AND_ISR = 4
 STOP_REPLICA = 5
 UPDATE_METADATA = 6
 CONTROLLED_SHUTDOWN = 7
-API_VERSION = 0
+# v1: every controller request names the broker it is for and that broker's
+# start epoch (docs/design.md#controller-epoch).
+API_VERSION = 1
 CONTROL_API_KEYS = frozenset({LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA, CONTROLLED_SHUTDOWN})
-
-# --- error codes (Kafka's numbers) -------------------------------------------
-NONE = 0
-UNKNOWN = -1
-UNKNOWN_TOPIC_OR_PARTITION = 3
-LEADER_NOT_AVAILABLE = 5
-NOT_LEADER_FOR_PARTITION = 6
-REQUEST_TIMED_OUT = 7
-BROKER_NOT_AVAILABLE = 8
-REPLICA_NOT_AVAILABLE = 9
-STALE_CONTROLLER_EPOCH = 11
-NETWORK_EXCEPTION = 13
-UNSUPPORTED_VERSION = 35
-INVALID_REQUEST = 42
-NOT_CONTROLLER = 41
-STALE_BROKER_EPOCH = 77
-
-ERROR_NAMES = {
-    NONE: "NONE", UNKNOWN: "UNKNOWN", UNKNOWN_TOPIC_OR_PARTITION: "UNKNOWN_TOPIC_OR_PARTITION",
-    LEADER_NOT_AVAILABLE: "LEADER_NOT_AVAILABLE", NOT_LEADER_FOR_PARTITION: "NOT_LEADER_FOR_PARTITION",
-    REQUEST_TIMED_OUT: "REQUEST_TIMED_OUT", BROKER_NOT_AVAILABLE: "BROKER_NOT_AVAILABLE",
-    REPLICA_NOT_AVAILABLE: "REPLICA_NOT_AVAILABLE", STALE_CONTROLLER_EPOCH: "STALE_CONTROLLER_EPOCH",
-    NETWORK_EXCEPTION: "NETWORK_EXCEPTION", UNSUPPORTED_VERSION: "UNSUPPORTED_VERSION",
-    NOT_CONTROLLER: "NOT_CONTROLLER", INVALID_REQUEST: "INVALID_REQUEST",
-    STALE_BROKER_EPOCH: "STALE_BROKER_EPOCH",
-}
-
-
-def error_name(code: int) -> str:
-    return ERROR_NAMES.get(code, f"ERROR_{code}")
-
 
 class ProtocolError(ValueError):
     """A frame that cannot be decoded (or a body that cannot be encoded)."""
@@ -185,7 +157,7 @@ class TopicPartition:
 class PartitionError:
     topic: str
     partition: int
-    error: int = NONE
+    error: int = E.NONE
 
     def _write(self, w: _Writer) -> None:
         w.string(self.topic)
@@ -199,8 +171,9 @@ class PartitionError:
 
 @dataclass(frozen=True)
 class PartitionState:
-    """What the controller decided for one partition (seed 000 LeaderAndISR),
-    plus the assigned replicas so a broker can start the replica (seed §C 2.0)."""
+    """What the controller decided for one partition (its leaderAndISR),
+    plus the assigned replicas so a broker can create a missing replica
+    (docs/design.md#leader-and-isr)."""
     topic: str
     partition: int
     leader: int
@@ -249,7 +222,7 @@ _TP_MIN, _PE_MIN, _PS_MIN, _BE_MIN = 6, 8, 26, 10
 class _PartitionErrorsResponse:
     """The body LeaderAndIsr and StopReplica responses share: an error for the
     whole request and one per partition."""
-    error: int = NONE
+    error: int = E.NONE
     partitions: tuple[PartitionError, ...] = ()
 
     def _write(self, w: _Writer) -> None:
@@ -263,12 +236,18 @@ class _PartitionErrorsResponse:
 
 @dataclass(frozen=True)
 class LeaderAndIsrRequest:
+    """`broker_id`/`broker_epoch`: the broker this request is for and the
+    start epoch it registered with (-1: not checked). A broker refuses a
+    request meant for another broker or an earlier incarnation of itself: a
+    restarted container can take the address a dead broker had (KIP-380)."""
     API_KEY: ClassVar[int] = LEADER_AND_ISR
     controller_id: int
     controller_epoch: int
     init: bool
     partition_states: tuple[PartitionState, ...] = ()
     live_leaders: tuple[BrokerEndpoint, ...] = ()
+    broker_id: int = -1
+    broker_epoch: int = -1
 
     def _write(self, w: _Writer) -> None:
         w.i32(self.controller_id)
@@ -276,12 +255,15 @@ class LeaderAndIsrRequest:
         w.bool(self.init)
         w.array(self.partition_states, lambda s: s._write(w))
         w.array(self.live_leaders, lambda b: b._write(w))
+        w.i32(self.broker_id)
+        w.i64(self.broker_epoch)
 
     @classmethod
     def _read(cls, r: _Reader) -> "LeaderAndIsrRequest":
         return cls(r.i32(), r.i32(), r.bool(),
                    tuple(r.array(lambda: PartitionState._read(r), _PS_MIN)),
-                   tuple(r.array(lambda: BrokerEndpoint._read(r), _BE_MIN)))
+                   tuple(r.array(lambda: BrokerEndpoint._read(r), _BE_MIN)),
+                   r.i32(), r.i64())
 
 
 @dataclass(frozen=True)
@@ -296,17 +278,21 @@ class StopReplicaRequest:
     controller_epoch: int
     delete_partitions: bool
     partitions: tuple[TopicPartition, ...] = ()
+    broker_id: int = -1             # as in LeaderAndIsrRequest
+    broker_epoch: int = -1
 
     def _write(self, w: _Writer) -> None:
         w.i32(self.controller_id)
         w.i32(self.controller_epoch)
         w.bool(self.delete_partitions)
         w.array(self.partitions, lambda p: p._write(w))
+        w.i32(self.broker_id)
+        w.i64(self.broker_epoch)
 
     @classmethod
     def _read(cls, r: _Reader) -> "StopReplicaRequest":
         return cls(r.i32(), r.i32(), r.bool(),
-                   tuple(r.array(lambda: TopicPartition._read(r), _TP_MIN)))
+                   tuple(r.array(lambda: TopicPartition._read(r), _TP_MIN)), r.i32(), r.i64())
 
 
 @dataclass(frozen=True)
@@ -321,24 +307,28 @@ class UpdateMetadataRequest:
     controller_epoch: int
     partition_states: tuple[PartitionState, ...] = ()
     live_brokers: tuple[BrokerEndpoint, ...] = ()
+    broker_id: int = -1             # as in LeaderAndIsrRequest
+    broker_epoch: int = -1
 
     def _write(self, w: _Writer) -> None:
         w.i32(self.controller_id)
         w.i32(self.controller_epoch)
         w.array(self.partition_states, lambda s: s._write(w))
         w.array(self.live_brokers, lambda b: b._write(w))
+        w.i32(self.broker_id)
+        w.i64(self.broker_epoch)
 
     @classmethod
     def _read(cls, r: _Reader) -> "UpdateMetadataRequest":
         return cls(r.i32(), r.i32(),
                    tuple(r.array(lambda: PartitionState._read(r), _PS_MIN)),
-                   tuple(r.array(lambda: BrokerEndpoint._read(r), _BE_MIN)))
+                   tuple(r.array(lambda: BrokerEndpoint._read(r), _BE_MIN)), r.i32(), r.i64())
 
 
 @dataclass(frozen=True)
 class UpdateMetadataResponse:
     API_KEY: ClassVar[int] = UPDATE_METADATA
-    error: int = NONE
+    error: int = E.NONE
 
     def _write(self, w: _Writer) -> None:
         w.i16(self.error)
@@ -369,7 +359,7 @@ class ControlledShutdownRequest:
 @dataclass(frozen=True)
 class ControlledShutdownResponse:
     API_KEY: ClassVar[int] = CONTROLLED_SHUTDOWN
-    error: int = NONE
+    error: int = E.NONE
     partitions_remaining: tuple[TopicPartition, ...] = ()
 
     def _write(self, w: _Writer) -> None:

@@ -34,6 +34,7 @@ INVALID_PRODUCER_EPOCH = 47
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 UNKNOWN_PRODUCER_ID = 59
 KAFKA_STORAGE_ERROR = 56
+STALE_BROKER_EPOCH = 77
 
 _NAMES = {v: k for k, v in dict(globals()).items() if k.isupper() and isinstance(v, int)}
 

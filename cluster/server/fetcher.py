@@ -1,4 +1,5 @@
-"""Replica fetchers: followers pulling from their leaders (seed 000 §G).
+"""Replica fetchers: followers pulling from their leaders
+(docs/design.md#replica-fetching).
 
 As Kafka's ReplicaFetcherThread/AbstractFetcherThread: ONE fetcher per source
 broker, fetching every partition this broker follows on that leader in one
@@ -27,7 +28,7 @@ import itertools
 import logging
 import struct
 import time
-from typing import TYPE_CHECKING, Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from kafka.protocol.consumer import (FetchRequest, FetchResponse, ListOffsetsRequest,
                                      ListOffsetsResponse, OffsetForLeaderEpochRequest,
@@ -37,9 +38,6 @@ from cluster.log.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from cluster.log.errors import CorruptRecordError, InvalidOffsetError
 from cluster.protocol import api
 from cluster.protocol import errors as E
-
-if TYPE_CHECKING:
-    from cluster.server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -109,12 +107,19 @@ class FetchState:
         self.delayed_until = 0.0
 
 
+# The replica of a partition on this broker (a cluster.server.partition.Partition), or None.
+PartitionOf = Callable[[tuple[str, int]], Any]
+
+
 class ReplicaFetcher:
-    def __init__(self, rm: "ReplicaManager", source_id: int,
+    """Fetches from one source broker for every partition this broker
+    follows there. It is handed the broker's config, a lookup of local
+    partitions and how to find the source's address: nothing more."""
+
+    def __init__(self, cfg, partition_of: PartitionOf, source_id: int,
                  address_of: Callable[[int], "tuple[str, int] | None"],
                  lookup_address: "Callable[[int], Awaitable[tuple[str, int] | None]] | None" = None):
-        cfg = rm.cfg
-        self.rm = rm
+        self.partition_of = partition_of
         self.source_id = source_id
         self.address_of = address_of  # cached: what the controller last said
         self.lookup_address = lookup_address  # slow (ZooKeeper): only when nothing is cached
@@ -238,7 +243,7 @@ class ReplicaFetcher:
                 await self._process(tp, state, pd)
 
     async def _process(self, tp, state: FetchState, pd) -> None:
-        p = self.rm.partitions.get(tp)
+        p = self.partition_of(tp)
         if p is None or p.leader_id != self.source_id:
             self.partitions.pop(tp, None)
             return
@@ -301,7 +306,7 @@ class ReplicaFetcher:
         for tp, s in list(self.partitions.items()):
             if not s.truncating:
                 continue
-            p = self.rm.partitions.get(tp)
+            p = self.partition_of(tp)
             if p is None:
                 self.partitions.pop(tp, None)
                 continue
@@ -328,7 +333,7 @@ class ReplicaFetcher:
             for r in tr.partitions:
                 tp = (tr.topic, r.partition)
                 s = self.partitions.get(tp)
-                p = self.rm.partitions.get(tp)
+                p = self.partition_of(tp)
                 if s is None or not s.truncating or p is None or tp not in asks:
                     continue
                 if r.error_code != E.NONE:
@@ -375,8 +380,9 @@ class ReplicaFetcher:
 class FetcherManager:
     """Fetchers keyed by source broker; a fetcher with no partitions left is stopped."""
 
-    def __init__(self, rm: "ReplicaManager", address_of, lookup_address=None):
-        self.rm = rm
+    def __init__(self, cfg, partition_of: PartitionOf, address_of, lookup_address=None):
+        self.cfg = cfg
+        self.partition_of = partition_of
         self.address_of = address_of
         self.lookup_address = lookup_address
         self.fetchers: dict[int, ReplicaFetcher] = {}
@@ -386,8 +392,8 @@ class FetcherManager:
         self.remove(tp)
         f = self.fetchers.get(leader)
         if f is None:
-            f = self.fetchers[leader] = ReplicaFetcher(self.rm, leader, self.address_of,
-                                                           self.lookup_address)
+            f = self.fetchers[leader] = ReplicaFetcher(self.cfg, self.partition_of, leader,
+                                                       self.address_of, self.lookup_address)
         f.add(tp, offset, truncating)
         self._by_partition[tp] = leader
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import Any, Callable
 
 from kafka.protocol.consumer import (FetchResponse, ListOffsetsResponse,
                                      OffsetForLeaderEpochResponse)
@@ -26,6 +26,7 @@ from cluster.protocol import errors as E
 from cluster.protocol.frame import (ProtocolError, RequestHeader, frame_response,
                                     parse_request_header)
 from cluster.protocol.records import RecordError, down_convert, to_v2
+from cluster.server.metadata_cache import MetadataCache
 from cluster.server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -34,11 +35,18 @@ CLOSE = object()  # sentinel: close the connection
 
 
 class KafkaApis:
-    def __init__(self, cfg, rm: ReplicaManager, broker=None):
+    """Handed what the handlers need: the replica manager (partitions,
+    controller requests), the metadata cache, the ZooKeeper client (producer
+    ids) and a way to find the controller component of this process, if any
+    (ControlledShutdown)."""
+
+    def __init__(self, cfg, rm: ReplicaManager, metadata: MetadataCache, zk: Any = None,
+                 controller: Callable[[], Any] = lambda: None):
         self.cfg = cfg
         self.rm = rm
-        self.metadata = rm.metadata
-        self.broker = broker  # for ControlledShutdown routing to the local controller
+        self.metadata = metadata
+        self.zk = zk
+        self.controller = controller
         self.broker_id = cfg.broker_id
         self.max_message_bytes = cfg["message.max.bytes"]
         self._refused_metadata = 0  # client Metadata requests refused while uninformed
@@ -97,7 +105,7 @@ class KafkaApis:
     def _controlled_shutdown(self, hdr, req: control.ControlledShutdownRequest):
         """Route to the controller component running in this process; it
         answers with a concurrent Future of (error, [(topic, partition)])."""
-        controller = getattr(self.broker, "controller", None) if self.broker else None
+        controller = self.controller()
         if controller is None:
             return control.encode_response(
                 control.ControlledShutdownResponse(E.NOT_CONTROLLER, ()), hdr.correlation_id)
@@ -176,7 +184,7 @@ class KafkaApis:
                 if v >= 3 and req.transactional_id is not None:
                     r[1] = E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
                     continue
-                p = self.rm.partitions.get((td.name, pd.index))
+                p = self.rm.partition((td.name, pd.index))
                 if p is None or not p.is_leader:
                     r[1] = (E.NOT_LEADER_FOR_PARTITION
                             if self.metadata.partition(td.name, pd.index) is not None
@@ -193,7 +201,7 @@ class KafkaApis:
                 r[1], r[2] = err, base
                 if err == E.NONE and acks == -1:
                     if p.hw >= required:
-                        r[1] = p._ack_result()
+                        r[1] = p.ack_result()
                     else:
                         waits.append((r, p.hw_waiters.add(required)))
             results.append((td.name, plist))
@@ -240,7 +248,7 @@ class KafkaApis:
             # A follower's fetch offset is its LEO: record it once per request.
             for ft in req.topics:
                 for fp in ft.partitions:
-                    p = self.rm.partitions.get((ft.topic, fp.partition))
+                    p = self.rm.partition((ft.topic, fp.partition))
                     if p is not None and p.is_leader and fp.fetch_offset <= p.leo:
                         self.rm.on_follower_fetch(p, replica_id, fp.fetch_offset)
         result, nbytes, errors = self._read_fetch(hdr, req)
@@ -252,7 +260,7 @@ class KafkaApis:
         # waiters there instead lost that wakeup, and the follower then sat
         # until the next append or replica.fetch.wait.max.ms.
         parts = [p for ft in req.topics for fp in ft.partitions
-                 if (p := self.rm.partitions.get((ft.topic, fp.partition))) is not None]
+                 if (p := self.rm.partition((ft.topic, fp.partition))) is not None]
         follower = replica_id >= 0
         return self._delayed_fetch(hdr, req, parts, follower, self._park(parts, follower))
 
@@ -299,8 +307,8 @@ class KafkaApis:
         for ft in req.topics:
             plist = []
             for fp in ft.partitions:
-                p = self.rm.partitions.get((ft.topic, fp.partition))
-                hw = -1
+                p = self.rm.partition((ft.topic, fp.partition))
+                hw = log_start = -1
                 records = b""
                 if p is None:
                     err = (E.NOT_LEADER_FOR_PARTITION
@@ -314,11 +322,12 @@ class KafkaApis:
                         err = E.NONE
                     else:
                         err, records = p.read(fp.fetch_offset, max(max_bytes, 1), replica_id)
-                    hw = p.hw if err in (E.NONE, E.OFFSET_OUT_OF_RANGE) else -1
+                    if err in (E.NONE, E.OFFSET_OUT_OF_RANGE):
+                        hw, log_start = p.hw, p.log.log_start_offset
                 if err != E.NONE:
                     errors = True
                 total += len(records)
-                plist.append([fp.partition, err, hw, records])
+                plist.append([fp.partition, err, hw, log_start, records])
             out.append((ft.topic, plist))
         return out, total, errors
 
@@ -328,10 +337,12 @@ class KafkaApis:
         topics = []
         for name, plist in result:
             parts = []
-            for idx, err, hw, records in plist:
+            for idx, err, hw, log_start, records in plist:
                 if magic < 2 and records:
                     records = down_convert(records, magic)
-                if v >= 4:
+                if v >= 5:
+                    parts.append((idx, err, hw, hw, log_start, None, records))
+                elif v >= 4:
                     parts.append((idx, err, hw, hw, None, records))
                 else:
                     parts.append((idx, err, hw, records))
@@ -360,7 +371,7 @@ class KafkaApis:
         return self._respond(hdr, ListOffsetsResponse(version=v, topics=topics))
 
     def _offset_for(self, topic: str, partition: int, timestamp: int, replica_id: int):
-        p = self.rm.partitions.get((topic, partition))
+        p = self.rm.partition((topic, partition))
         if p is None or not p.is_leader:
             err = (E.NOT_LEADER_FOR_PARTITION if self.metadata.partition(topic, partition)
                    is not None or p is not None else E.UNKNOWN_TOPIC_OR_PARTITION)
@@ -390,7 +401,7 @@ class KafkaApis:
                 version=0, throttle_time_ms=0,
                 error_code=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1,
                 producer_epoch=-1))
-        zk = self.rm.zk
+        zk = self.zk
 
         async def run():
             err, pid = E.NONE, -1
@@ -413,7 +424,7 @@ class KafkaApis:
         for t in req.topics:
             plist = []
             for lp in t.partitions:
-                p = self.rm.partitions.get((t.topic, lp.partition))
+                p = self.rm.partition((t.topic, lp.partition))
                 if p is None or not p.is_leader:
                     err = (E.NOT_LEADER_FOR_PARTITION if p is not None
                            or self.metadata.partition(t.topic, lp.partition) is not None

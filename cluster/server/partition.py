@@ -1,13 +1,13 @@
-"""One partition as this broker sees it (seed 000 "Partition" and "Replica").
+"""One partition as this broker sees it (Kafka's Partition and Replica).
 
 The local replica is `log`; when this broker leads the partition it also
 tracks every remote replica's LEO and last-caught-up time (from their fetch
 offsets), the ISR, and the zkVersion of the leaderAndISR znode it last saw
 (LeaderAndISRVersionInZK), against which it makes its conditional ISR writes.
 
-High watermark (HW): on the leader, min LEO over the ISR (seed §G); on a
-follower, min(leader HW in the last fetch response, own LEO). Consumers read
-below the HW only; followers read up to the LEO.
+High watermark (HW, docs/design.md#high-watermark): on the leader, min LEO
+over the ISR; on a follower, min(leader HW in the last fetch response, own
+LEO). Consumers read below the HW only; followers read up to the LEO.
 
 All methods run on the broker's event loop (see replica_manager.py); none
 blocks except the log calls, which are page-cache writes and reads.
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 
 class RemoteReplica:
-    """The leader's view of a follower (seed 000 Replica with isLocal=false)."""
+    """The leader's view of a follower (Kafka 0.8's Replica with isLocal=false)."""
 
     __slots__ = ("broker_id", "leo", "last_caught_up_ms", "last_fetch_ms",
                  "last_fetch_leader_leo", "fetches")
@@ -69,7 +69,7 @@ class Partition:
         self.hw = 0
         # Set when a conditional ISR write found a newer znode version: someone
         # (the controller) changed leader/ISR, so this broker must stop taking
-        # writes until told what happened (seed 000, discussion 3).
+        # writes until told what happened (docs/design.md#isr, fencing).
         self.fenced = False
         self.remotes: dict[int, RemoteReplica] = {}
         self.producer_state = ProducerState()
@@ -93,7 +93,7 @@ class Partition:
         return self.leader_id == self.broker_id
 
     def init_hw(self, checkpointed: int | None) -> None:
-        """On load: HW = min(checkpointed HW, LEO) (seed 002 startReplica)."""
+        """On load: HW = min(checkpointed HW, LEO) (docs/design.md#high-watermark)."""
         self.hw = max(self.log.log_start_offset, min(checkpointed or 0, self.leo))
 
     def rebuild_producer_state(self) -> None:
@@ -103,7 +103,7 @@ class Partition:
         return (f"{self.topic}-{self.partition} leader={self.leader_id} "
                 f"epoch={self.leader_epoch} isr={sorted(self.isr)} hw={self.hw} leo={self.leo}")
 
-    # -- leader / follower transitions (seed 000 §C) -----------------------------
+    # -- leader / follower transitions (docs/design.md#leader-and-isr) ------------
 
     def make_leader(self, replicas, isr, leader_epoch: int, zk_version: int,
                     controller_epoch: int, now_ms: int) -> None:
@@ -186,7 +186,15 @@ class Partition:
         for h in headers:
             err, dup = self.producer_state.check(h)
             if err != E.NONE:
+                log.info("%s-%d: batch pid=%d epoch=%d seq=%d..%d refused: %s (last: %s)",
+                         self.topic, self.partition, h.producer_id, h.producer_epoch,
+                         h.base_sequence, h.last_sequence, E.name(err),
+                         self.producer_state.describe(h.producer_id))
                 return err, -1, -1
+            if dup is None and self.producer_state.is_new_session(h):
+                log.info("%s-%d: producer pid=%d starts epoch %d (last: %s)", self.topic,
+                         self.partition, h.producer_id, h.producer_epoch,
+                         self.producer_state.describe(h.producer_id))
             if dup is not None:
                 first, last = dup
                 log.info("%s-%d: duplicate batch pid=%d seq=%d..%d: already at offset %d",
@@ -238,7 +246,7 @@ class Partition:
         self.rebuild_producer_state()
         return True
 
-    # -- the leader's view of followers (seed 000 §G) -----------------------------
+    # -- the leader's view of followers (docs/design.md#isr) -----------------------
 
     def record_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> bool:
         """A follower fetched from `fetch_offset`: that is its LEO. Returns True
@@ -303,10 +311,12 @@ class Partition:
                     new = leo
         if new > self.hw:
             self.hw = new
-            self.hw_waiters.complete_up_to(new, self._ack_result)
+            self.hw_waiters.complete_up_to(new, self.ack_result)
             self.hw_notifier.notify()
 
-    def _ack_result(self) -> int:
+    def ack_result(self) -> int:
+        """The answer to an acks=all produce whose records the HW now covers:
+        fine only if the ISR still has min.insync.replicas members."""
         return E.NONE if len(self.isr) >= self.min_isr else E.NOT_ENOUGH_REPLICAS_AFTER_APPEND
 
     min_isr = 1  # set by the replica manager from min.insync.replicas
@@ -315,7 +325,7 @@ class Partition:
 
     def read(self, fetch_offset: int, max_bytes: int, replica_id: int) -> tuple[int, bytes]:
         """(error, records) for a fetch. Consumers see below the HW only; an
-        offset between HW and LEO gives an empty set (seed 000 discussion 7);
+        offset between HW and LEO gives an empty set (docs/design.md#high-watermark);
         below the log start or past the LEO is OFFSET_OUT_OF_RANGE."""
         if not self.is_leader:
             return E.NOT_LEADER_FOR_PARTITION, b""

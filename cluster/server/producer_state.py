@@ -64,6 +64,19 @@ class ProducerState:
             return E.OUT_OF_ORDER_SEQUENCE_NUMBER, None
         return E.NONE, None
 
+    def is_new_session(self, h: BatchHeader) -> bool:
+        """Whether `h` carries a newer epoch than the one this replica knows
+        for its producer (a client that bumped its epoch: worth a log line)."""
+        p = self.producers.get(h.producer_id)
+        return p is not None and h.producer_epoch > p.epoch
+
+    def describe(self, producer_id: int) -> str:
+        p = self.producers.get(producer_id)
+        if p is None or not p.batches:
+            return "none"
+        fs, ls, fo, lo = p.batches[-1]
+        return f"epoch {p.epoch} seq {fs}..{ls} at offset {fo}..{lo}"
+
     def update(self, h: BatchHeader, first_offset: int | None = None) -> None:
         """Record an appended batch (its base offset is `first_offset`, or the
         header's own when the batch came from the log or a leader)."""

@@ -1,5 +1,6 @@
 """ReplicaManager: every partition replica on this broker, and what the
-controller tells the broker to do with them (seed 000 §C, §G).
+controller tells the broker to do with them (docs/design.md#leader-and-isr,
+docs/design.md#isr).
 
 Concurrency model (the whole broker): ONE asyncio event loop owns all
 partition state: the socket server, request handling, the replica fetchers
@@ -49,9 +50,10 @@ def now_ms() -> int:
 
 class ReplicaManager:
     def __init__(self, cfg, log_manager: LogManager, zk: ZkClient | None,
-                 metadata: MetadataCache):
+                 metadata: MetadataCache, start_epoch: int = -1):
         self.cfg = cfg
         self.broker_id = cfg.broker_id
+        self.start_epoch = start_epoch  # this incarnation's (zk_client.bump_start_epoch)
         self.log_manager = log_manager
         self.zk = zk
         self.metadata = metadata
@@ -63,7 +65,7 @@ class ReplicaManager:
         self.lag_messages = cfg["replica.lag.max.messages"]
         self.peer_addresses = cfg.peer_addresses()
         self.leader_addresses: dict[int, tuple[str, int]] = {}
-        self.fetchers = FetcherManager(self, self._cached_address_of,
+        self.fetchers = FetcherManager(cfg, self.partition, self._cached_address_of,
                                        self._zk_address_of if self.zk is not None else None)
         self._tasks: list[asyncio.Task] = []
         self._isr_changes: set[tuple[str, int]] = set()
@@ -73,7 +75,7 @@ class ReplicaManager:
 
     def load(self, assigned: set[tuple[str, int]] | None) -> None:
         """Open local logs; delete those no longer assigned to this broker
-        (deleted while it was down: seed 000 §E step 4); HW = min(checkpoint, LEO)."""
+        (deleted while it was down: docs/design.md#broker-startup); HW = min(checkpoint, LEO)."""
         logs = self.log_manager.load_existing()
         hws = self.log_manager.read_high_watermarks()
         for tp, lg in logs.items():
@@ -102,6 +104,10 @@ class ReplicaManager:
             p.stop()
         self.checkpoint_hws()
 
+    def partition(self, tp: tuple[str, int]) -> Partition | None:
+        """This broker's replica of tp, or None."""
+        return self.partitions.get(tp)
+
     def _new_partition(self, tp, lg) -> Partition:
         p = Partition(tp[0], tp[1], lg, self.broker_id, now_ms())
         p.min_isr = self.min_isr
@@ -118,6 +124,23 @@ class ReplicaManager:
         return (reg.host, reg.port) if reg is not None else None
 
     # -- controller epoch -----------------------------------------------------------------
+
+    def _check_controller_request(self, name: str, req) -> int:
+        """E.NONE, or why a controller request must be refused: it is meant
+        for another broker or an earlier incarnation of this one (its
+        address was reused: docs/design.md#controller-epoch), or it comes
+        from a controller older than the newest seen."""
+        if (req.broker_id >= 0 and req.broker_id != self.broker_id) or (
+                req.broker_epoch >= 0 and req.broker_epoch < self.start_epoch):
+            state_log.warning(
+                "state-change: broker=%d rejected %s controller_id=%d controller_epoch=%d "
+                "reason=not-for-this-broker broker_id=%d broker_epoch=%d start_epoch=%d",
+                self.broker_id, name, req.controller_id, req.controller_epoch, req.broker_id,
+                req.broker_epoch, self.start_epoch)
+            return E.STALE_BROKER_EPOCH
+        if not self._check_controller_epoch(name, req.controller_id, req.controller_epoch):
+            return E.STALE_CONTROLLER_EPOCH
+        return E.NONE
 
     def _check_controller_epoch(self, name: str, controller_id: int, epoch: int) -> bool:
         if epoch < self.controller_epoch:
@@ -137,12 +160,12 @@ class ReplicaManager:
             "controller_id=%d controller_epoch=%d%s", self.broker_id, what, change, topic,
             partition, leader, leader_epoch, controller_id, controller_epoch, extra)
 
-    # -- LeaderAndIsr (seed 000 §C on_LeaderAndISRCommand) ----------------------------------
+    # -- LeaderAndIsr (docs/design.md#leader-and-isr) ----------------------------------------
 
     def handle_leader_and_isr(self, req: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
-        if not self._check_controller_epoch("leader-and-isr", req.controller_id,
-                                            req.controller_epoch):
-            return control.response_for(req, E.STALE_CONTROLLER_EPOCH)
+        err = self._check_controller_request("leader-and-isr", req)
+        if err != E.NONE:
+            return control.response_for(req, err)
         for b in req.live_leaders:
             self.leader_addresses[b.id] = (b.host, b.port)
         results = []
@@ -214,7 +237,7 @@ class ReplicaManager:
             return  # already following that leader (Kafka skips the restart too)
         self.fetchers.remove(p.tp)
         if self.truncation == "hw":
-            # Seed 000 becomeFollower: truncate the log to the HW, fetch from LEO.
+            # `hw` truncation (docs/design.md#truncation): truncate to the HW, fetch from LEO.
             p.truncate_to(p.hw)
         if s.leader >= 0:
             self.fetchers.add(p.tp, s.leader, p.leo, truncating=self.truncation == "leader-epoch")
@@ -222,9 +245,9 @@ class ReplicaManager:
     # -- StopReplica ------------------------------------------------------------------------
 
     def handle_stop_replica(self, req: StopReplicaRequest) -> StopReplicaResponse:
-        if not self._check_controller_epoch("stop-replica", req.controller_id,
-                                            req.controller_epoch):
-            return control.response_for(req, E.STALE_CONTROLLER_EPOCH)
+        err = self._check_controller_request("stop-replica", req)
+        if err != E.NONE:
+            return control.response_for(req, err)
         results = []
         extra = f" delete={str(req.delete_partitions).lower()}"
         for tp in req.partitions:
@@ -257,9 +280,9 @@ class ReplicaManager:
     # -- UpdateMetadata ---------------------------------------------------------------------
 
     def handle_update_metadata(self, req: UpdateMetadataRequest) -> UpdateMetadataResponse:
-        if not self._check_controller_epoch("update-metadata", req.controller_id,
-                                            req.controller_epoch):
-            return control.UpdateMetadataResponse(E.STALE_CONTROLLER_EPOCH)
+        err = self._check_controller_request("update-metadata", req)
+        if err != E.NONE:
+            return control.UpdateMetadataResponse(err)
         self.metadata.update(req)
         state_log.info("state-change: broker=%d completed update-metadata partitions=%d "
                        "live_brokers=%s controller_id=%d controller_epoch=%d", self.broker_id,
@@ -267,7 +290,7 @@ class ReplicaManager:
                        req.controller_id, req.controller_epoch)
         return UpdateMetadataResponse(E.NONE)
 
-    # -- ISR maintenance on the leader (seed 000 §G maybe_change_ISR) ---------------------------
+    # -- ISR maintenance on the leader (docs/design.md#isr) --------------------------------------
 
     def on_follower_fetch(self, p: Partition, replica_id: int, fetch_offset: int) -> None:
         if p.record_follower_fetch(replica_id, fetch_offset, now_ms()):

@@ -7,7 +7,7 @@ it only writes the session file and hands "new session" to the event loop
 with call_soon_threadsafe.
 
 What the broker writes (zkpaths.py): /brokers/start_epochs/<id> (bumped at
-every start), its ephemeral /brokers/ids/<id> registration, conditional ISR
+every registration), its ephemeral /brokers/ids/<id> registration, conditional ISR
 updates of /brokers/topics/T/P/leaderAndISR (leader only, keeping leader,
 leader_epoch and controller_epoch), /isr_change_notification/isr_change_N
 sequential znodes, and producer id blocks in /latest_producer_id_block.
@@ -32,10 +32,9 @@ from cluster.zkpaths import BrokerRegistration, LeaderAndIsr, TopicAssignment
 
 log = logging.getLogger(__name__)
 
-PRODUCER_ID_BLOCK = "/latest_producer_id_block"  # Kafka's path (KIP-98)
 PRODUCER_ID_BLOCK_SIZE = 1000
 
-__all__ = ["ZkClient", "BadVersionError", "NoNodeError", "PRODUCER_ID_BLOCK"]
+__all__ = ["ZkClient", "BadVersionError", "NoNodeError"]
 
 
 class ZkClient:
@@ -237,7 +236,7 @@ class ZkClient:
     def _claim_pid_block(self, broker_id: int) -> tuple[int, int]:
         while True:
             try:
-                data, stat = self.kazoo.retry(self.kazoo.get, PRODUCER_ID_BLOCK)
+                data, stat = self.kazoo.retry(self.kazoo.get, zkpaths.PRODUCER_ID_BLOCK)
             except NoNodeError:
                 data, stat = None, None
             prev = zkpaths.loads(data) if data else None
@@ -247,9 +246,9 @@ class ZkClient:
                                   "block_end": end})
             try:
                 if stat is None:
-                    self.kazoo.create(PRODUCER_ID_BLOCK, body, makepath=True)
+                    self.kazoo.create(zkpaths.PRODUCER_ID_BLOCK, body, makepath=True)
                 else:
-                    self.kazoo.set(PRODUCER_ID_BLOCK, body, version=stat.version)
+                    self.kazoo.set(zkpaths.PRODUCER_ID_BLOCK, body, version=stat.version)
                 return start, end + 1
             except (NodeExistsError, BadVersionError):
                 continue

@@ -13,7 +13,7 @@ from kazoo.client import KazooClient
 from cluster import zkpaths
 from cluster.config import render_properties
 from controller_fakes import wait_until
-from harness.backends.local import free_port
+from harness.host import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 

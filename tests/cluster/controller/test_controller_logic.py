@@ -86,20 +86,27 @@ class FakeLog:
         self.records.append((kind, topic, partition, kw.get("from_state"), kw.get("to_state")))
 
 
-class FakeCtrl:
+class Parts:
+    """What the state machines are handed, for pure transitions (no ZooKeeper)."""
+
     def __init__(self):
-        self.broker_id = 1
         self.ctx = ControllerContext(1, epoch=7)
         for b in (1, 2, 3):
             self.ctx.live_brokers[b] = BrokerRegistration(b, "h", 9000 + b, 1)
         self.sclog = FakeLog()
         self.batch = RequestBatch(self.ctx)
-        self.store = None  # pure transitions below never touch ZooKeeper
+
+    def psm(self):
+        return PartitionStateMachine(1, self.ctx, None, self.batch, self.sclog,
+                                     default_selector=None)
+
+    def rsm(self):
+        return ReplicaStateMachine(1, self.ctx, None, self.batch, self.sclog)
 
 
 def test_controller_partition_state_machine_illegal_transitions_change_nothing(caplog):
-    c = FakeCtrl()
-    psm = PartitionStateMachine(c)
+    c = Parts()
+    psm = c.psm()
     tp = ("t", 0)
     done, failed = psm.handle([tp], PartitionState.OFFLINE)  # NonExistent -> Offline: illegal
     assert not done and tp in failed and psm.state(tp) is PartitionState.NON_EXISTENT
@@ -118,8 +125,8 @@ def test_controller_partition_state_machine_illegal_transitions_change_nothing(c
 
 
 def test_controller_replica_state_machine_transitions():
-    c = FakeCtrl()
-    rsm = ReplicaStateMachine(c)
+    c = Parts()
+    rsm = c.rsm()
     tp = ("t", 0)
     c.ctx.set_assignment(tp, (1, 2))
     c.ctx.leaders[tp] = lai(1, [1, 2])
@@ -138,7 +145,7 @@ def test_controller_replica_state_machine_transitions():
 
 # -- request batch ---------------------------------------------------------------
 def test_controller_request_batch_one_request_per_broker_and_kind():
-    ctx = FakeCtrl().ctx
+    ctx = Parts().ctx
     b = RequestBatch(ctx)
     for p in range(100):
         tp = ("t", p)

@@ -4,6 +4,7 @@ import pytest
 
 from cluster import admin, zkpaths
 from cluster.protocol import control
+from cluster.protocol import errors as E
 from controller_fakes import wait_until
 
 
@@ -204,7 +205,7 @@ def test_controller_controlled_shutdown(nodes, zk):
         n.broker.clear()
     fut = ctl.controller.handle_controlled_shutdown(victim.id, 1)
     err, remaining = fut.result(timeout=20)
-    assert err == control.NONE and remaining == []
+    assert err == E.NONE and remaining == []
     d = desc(zk, "c")
     for p in d.values():
         assert p["leader"] != victim.id and victim.id not in p["isr"]
@@ -214,9 +215,9 @@ def test_controller_controlled_shutdown(nodes, zk):
     # the single-replica partition stays (Kafka: it cannot move)
     assert desc(zk, "single")[0]["leader"] == victim.id
     # stale broker epoch
-    assert ctl.controller.handle_controlled_shutdown(victim.id, 99).result(10)[0] == control.STALE_BROKER_EPOCH
+    assert ctl.controller.handle_controlled_shutdown(victim.id, 99).result(10)[0] == E.STALE_BROKER_EPOCH
     # a non-controller answers NOT_CONTROLLER at once
-    assert victim.controller.handle_controlled_shutdown(victim.id, 1).result(1) == (control.NOT_CONTROLLER, [])
+    assert victim.controller.handle_controlled_shutdown(victim.id, 1).result(1) == (E.NOT_CONTROLLER, [])
 
 
 def test_controller_unreachable_broker_does_not_block(nodes, zk):

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_log_support import make_batch  # noqa: E402
+from log_support import make_batch  # noqa: E402
 
 from cluster.log.batch import (HEADER_SIZE, check_batch, iter_batches, parse_header,  # noqa: E402
                                set_base_offset, set_leader_epoch, valid_prefix)

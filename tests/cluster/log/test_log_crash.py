@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_log_support import assert_index_consistent, decode_values, make_batch, read_all, small_config  # noqa: E402,E501
+from log_support import assert_index_consistent, decode_values, make_batch, read_all, small_config  # noqa: E402,E501
 
 from cluster.log import LogConfig, LogManager  # noqa: E402
 from cluster.log.crash import discard_unflushed  # noqa: E402

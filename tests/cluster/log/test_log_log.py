@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_log_support import (assert_index_consistent, decode_values, make_batch,  # noqa: E402
+from log_support import (assert_index_consistent, decode_values, make_batch,  # noqa: E402
                               read_all, small_config)
 
 from cluster.config import BrokerConfig  # noqa: E402

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_log_support import make_batch, read_all, small_config  # noqa: E402
+from log_support import make_batch, read_all, small_config  # noqa: E402
 
 from cluster.log import (CorruptCheckpointError, HighWatermarkCheckpoint,  # noqa: E402
                          LogConfig, LogManager)

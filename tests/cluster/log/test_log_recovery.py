@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_log_support import (assert_index_consistent, decode_values, make_batch,  # noqa: E402
+from log_support import (assert_index_consistent, decode_values, make_batch,  # noqa: E402
                               read_all, small_config)
 
 from cluster.log import Log  # noqa: E402

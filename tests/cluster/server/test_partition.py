@@ -1,13 +1,16 @@
-"""The leader's ISR expansion against a real log, without processes: a
-follower joins (or rejoins) the ISR only on a fetch after its first one
-under the current leader state, because the first may have been sent before
-the LeaderAndIsr that took it out (it was told to stop, or it died)."""
+"""A Partition against a real log, without processes. The leader's ISR
+expansion: a follower joins (or rejoins) the ISR only on a fetch after its
+first one under the current leader state, because the first may have been
+sent before the LeaderAndIsr that took it out (it was told to stop, or it
+died). The producer state after a truncation."""
 from __future__ import annotations
 
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from cluster.config import BrokerConfig
 from cluster.log import Log, LogConfig
+from cluster.protocol import errors as E
+from cluster.protocol.records import batch_headers
 from cluster.server.partition import Partition
 
 
@@ -53,3 +56,27 @@ def test_stale_fetch_after_the_controller_took_a_follower_out_does_not_put_it_ba
     p.record_follower_fetch(2, 10, 61)
     assert p.record_follower_fetch(2, 10, 62) is True
     assert p.expanded_isr() == {1, 2}
+
+
+def _idempotent(value: bytes, pid: int, seq: int) -> bytes:
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                  producer_id=pid, producer_epoch=0, base_sequence=seq,
+                                  batch_size=1 << 20)
+    b.append(0, timestamp=1000, key=None, value=value, headers=[])
+    return bytes(b.build())
+
+
+def test_a_truncation_forgets_the_sequences_of_the_removed_batches(tmp_path):
+    """docs/design.md#idempotence: after a truncation the producer state is
+    rebuilt from what the log still holds, so a retry of a removed batch is
+    written again, not answered with an offset that no longer holds it."""
+    p = _leader(tmp_path, (1,))
+    for seq in range(3):
+        data = _idempotent(b"i%d" % seq, 42, seq)
+        err, base, _ = p.append_as_leader(data, list(batch_headers(data)), 1, 1, 1 << 20)
+        assert (err, base) == (E.NONE, 10 + seq)
+    p.truncate_to(12)                                  # batch 2 removed
+    retry = list(batch_headers(_idempotent(b"i2", 42, 2)))[0]
+    assert p.producer_state.check(retry) == (E.NONE, None)
+    kept = list(batch_headers(_idempotent(b"i1", 42, 1)))[0]
+    assert p.producer_state.check(kept) == (E.NONE, (11, 11))

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from cluster.protocol import control as c
+from cluster.protocol import errors as E
 
 i16 = st.integers(-2**15, 2**15 - 1)
 i32 = st.integers(-2**31, 2**31 - 1)
@@ -20,10 +21,12 @@ perr = st.builds(c.PartitionError, text, i32, i16)
 
 requests = st.one_of(
     st.builds(c.LeaderAndIsrRequest, i32, i32, st.booleans(),
-              st.lists(pstate, max_size=4).map(tuple), st.lists(endpoint, max_size=3).map(tuple)),
-    st.builds(c.StopReplicaRequest, i32, i32, st.booleans(), st.lists(tp, max_size=4).map(tuple)),
+              st.lists(pstate, max_size=4).map(tuple), st.lists(endpoint, max_size=3).map(tuple),
+              i32, i64),
+    st.builds(c.StopReplicaRequest, i32, i32, st.booleans(), st.lists(tp, max_size=4).map(tuple),
+              i32, i64),
     st.builds(c.UpdateMetadataRequest, i32, i32, st.lists(pstate, max_size=4).map(tuple),
-              st.lists(endpoint, max_size=3).map(tuple)),
+              st.lists(endpoint, max_size=3).map(tuple), i32, i64),
     st.builds(c.ControlledShutdownRequest, i32, i64),
 )
 responses = st.one_of(
@@ -41,7 +44,7 @@ def test_controller_codec_request_roundtrip(body, corr, client_id):
     assert size == len(frame) - 4
     header, decoded = c.decode_request(frame[4:])
     assert decoded == body
-    assert header == c.RequestHeader(body.API_KEY, 0, corr, client_id)
+    assert header == c.RequestHeader(body.API_KEY, c.API_VERSION, corr, client_id)
 
 
 @given(responses, i32)
@@ -87,7 +90,7 @@ def test_controller_codec_strictness():
         c.decode_request(frame + b"\x00")  # trailing byte
     with pytest.raises(c.ProtocolError):
         c.decode_request(frame[:-1])
-    bad_version = frame[:2] + b"\x00\x01" + frame[4:]
+    bad_version = frame[:2] + b"\x00\x00" + frame[4:]  # v0: before requests named their broker
     with pytest.raises(c.ProtocolError):
         c.decode_request(bad_version)
     with pytest.raises(c.ProtocolError):
@@ -96,7 +99,7 @@ def test_controller_codec_strictness():
         c.encode_request(c.ControlledShutdownRequest(2**40, 0), 1)
     # a huge array count is refused without allocating
     huge = c.encode_request(c.StopReplicaRequest(1, 1, False, ()), 1)[4:]
-    huge = huge[:-4] + struct.pack(">i", 2**31 - 1)
+    huge = huge[:-16] + struct.pack(">i", 2**31 - 1) + huge[-12:]  # the count, then broker id, epoch
     with pytest.raises(c.ProtocolError):
         c.decode_request(huge)
 
@@ -106,6 +109,6 @@ def test_controller_codec_header_peek_and_response_for():
     frame = c.encode_request(req, 9, "controller-1")[4:]
     header, pos = c.decode_request_header(frame)
     assert header.api_key == c.LEADER_AND_ISR and pos == 2 + 2 + 4 + 2 + len("controller-1")
-    resp = c.response_for(req, c.STALE_CONTROLLER_EPOCH)
+    resp = c.response_for(req, E.STALE_CONTROLLER_EPOCH)
     assert resp.error == 11 and resp.partitions == (c.PartitionError("t", 0, 11),)
-    assert c.error_name(11) == "STALE_CONTROLLER_EPOCH"
+    assert E.name(11) == "STALE_CONTROLLER_EPOCH"

@@ -11,7 +11,7 @@ from cluster.log import Log, LogConfig
 from cluster.log.batch import set_base_offset, set_leader_epoch
 from cluster.server.fetcher import FetchState, ReplicaFetcher
 from cluster.server.partition import Partition
-from fetcher_stubs import ReplicaManagerStub
+from fetcher_stubs import partitions_of
 
 
 def _batch(base: int, count: int, epoch: int) -> bytes:
@@ -42,7 +42,7 @@ def test_kip279_two_rounds(tmp_path):
     assert p.log.leader_epoch_cache.entries() == [(0, 0), (1, 10), (3, 20)]
 
     async def run():
-        f = ReplicaFetcher(ReplicaManagerStub(cfg, {("t", 0): p}), 1, lambda b: None)
+        f = ReplicaFetcher(cfg, partitions_of({("t", 0): p}), 1, lambda b: None)
         s = FetchState(p.leo, truncating=True)
         f.partitions[("t", 0)] = s
         # Round 1: asked for epoch 3, the leader knows epoch 2 ending at 25.
@@ -64,7 +64,7 @@ def test_epoch_answers_that_keep_everything_or_fall_back_to_hw(tmp_path):
     p.hw = 5
 
     async def run():
-        f = ReplicaFetcher(ReplicaManagerStub(cfg, {("t", 0): p}), 1, lambda b: None)
+        f = ReplicaFetcher(cfg, partitions_of({("t", 0): p}), 1, lambda b: None)
         s = FetchState(p.leo, truncating=True)
         # The leader's epoch 1 ends beyond our LEO: nothing to cut.
         f._apply_epoch_answer(("t", 0), s, p, 1, 1, 40)

@@ -54,7 +54,7 @@ def _leader(tmp_path, isr=(1, 2), replicas=(1, 2)):
     resp = rm.handle_leader_and_isr(control.LeaderAndIsrRequest(99, 1, False, (
         control.PartitionState(TOPIC, 0, 1, 0, isr, 0, replicas),)))
     assert resp.error == 0 and resp.partitions[0].error == 0
-    return rm, KafkaApis(cfg, rm)
+    return rm, KafkaApis(cfg, rm, rm.metadata)
 
 
 def test_follower_fetch_parked_in_the_same_iteration_as_an_append_is_woken(tmp_path):

@@ -16,6 +16,7 @@ from cluster import zkpaths
 from cluster.config import BrokerConfig
 from cluster.controller import Controller
 from cluster.protocol import control
+from cluster.protocol import errors as E
 from cluster.zkpaths import BrokerRegistration, LeaderAndIsr
 
 
@@ -103,7 +104,7 @@ class FakeBroker:
             epoch = getattr(body, "controller_epoch", None)
             if epoch is not None and (epoch < self.max_epoch or epoch < self.reject_below):
                 self.requests.append((time.time(), ("rejected", body)))
-                return control.response_for(body, control.STALE_CONTROLLER_EPOCH)
+                return control.response_for(body, E.STALE_CONTROLLER_EPOCH)
             if epoch is not None:
                 self.max_epoch = max(self.max_epoch, epoch)
             self.requests.append((time.time(), body))
@@ -112,7 +113,7 @@ class FakeBroker:
                 if s.leader not in (self.id, -1) and self.id not in s.isr:
                     threading.Thread(target=self._join_isr, args=(s.topic, s.partition, s.leader_epoch),
                                      daemon=True).start()
-        return control.response_for(body, control.NONE)
+        return control.response_for(body, E.NONE)
 
     def _join_isr(self, topic: str, partition: int, leader_epoch: int) -> None:
         """Pretend the leader saw us catch up: add ourselves to the ISR.

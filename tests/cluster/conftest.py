@@ -1,6 +1,11 @@
-"""Fixtures for controller tests: one real ZooKeeper 3.8 (the harness's
-standalone server) per session; each test gets its own chroot so tests cannot
-see each other."""
+"""Fixtures for the controller tests (controller/) and the admin CLI test
+(test_admin_cli.py): one real ZooKeeper 3.8 (the harness's standalone server)
+per session; each test gets its own chroot so tests cannot see each other.
+
+This folder is put on sys.path so that every test below tests/cluster/ can
+import the shared helper controller_fakes.py by its bare name (controller/'s
+controller_brokers.py does too). The broker-process fixtures are in
+server/conftest.py."""
 from __future__ import annotations
 
 import logging
@@ -13,8 +18,7 @@ from kazoo.client import KazooClient
 
 from harness.zookeeper import StandaloneZooKeeper
 
-sys.path.insert(0, os.path.dirname(__file__))
-from controller_fakes import Node  # noqa: E402
+sys.path.insert(0, os.path.dirname(__file__))  # controller_fakes
 
 
 @pytest.fixture(scope="session")
@@ -50,6 +54,9 @@ def zk(zk_hosts):
 @pytest.fixture
 def nodes(zk_hosts):
     """nodes(n, **kw) -> list of Node (fake broker + controller); all stopped at teardown."""
+    # Imported here, not at the top: the log, protocol and server tests below
+    # this folder load this conftest too and need not import the controller.
+    from controller_fakes import Node
     made: list[Node] = []
 
     def make(ids, **kw):

@@ -187,6 +187,40 @@ def test_broker_reregisters_after_session_expiry(make_cluster):
                == c.zk.exists(zkpaths.broker_path(1)).ephemeralOwner, 5, "session file updated")
 
 
+def test_requests_for_the_registration_before_a_session_expiry_are_refused(make_cluster):
+    """A broker registers again after its session expired with a new start
+    epoch: a controller request addressed to the previous registration (sent
+    while it was cut off, delivered late) is refused, one for the new one is
+    applied (docs/design.md#controller-epoch)."""
+    from kazoo.client import KazooClient
+
+    from cluster.protocol import errors as E
+    from harness import probes
+    c = make_cluster(1)
+    b = c.brokers[1]
+    before = zkpaths.BrokerRegistration.decode(1, c.zk.get(zkpaths.broker_path(1))[0])
+    sess = json.loads((b.log_dir / "zk-session.json").read_text())
+    k = KazooClient(c.zk_hosts, client_id=(sess["session_id"], bytes.fromhex(sess["password"])))
+    k.start()
+    k.stop()
+    k.close()
+
+    def registered_again():
+        try:
+            reg = zkpaths.BrokerRegistration.decode(1, c.zk.get(zkpaths.broker_path(1))[0])
+        except Exception:
+            return None
+        return reg if reg.start_epoch > before.start_epoch else None
+    after = wait_until(registered_again, 20, "a registration with a newer start epoch")
+
+    def update(epoch: int) -> int:
+        req = control.UpdateMetadataRequest(c.hc.controller_id, c.hc.controller_epoch, (), (),
+                                            1, epoch)
+        return probes.call(*b.address, req).error
+    assert update(before.start_epoch) == E.STALE_BROKER_EPOCH
+    assert update(after.start_epoch) == E.NONE
+
+
 def test_bad_config_exits_2(tmp_path):
     import subprocess
     import sys

@@ -1,6 +1,10 @@
-"""Fixtures of the broker tests: one real ZooKeeper per session, brokers as
-real processes (killed at teardown, even on failure), each test module in its
-own ZooKeeper chroot so clusters never see each other's znodes."""
+"""Fixtures of the tests that run real broker processes (the *_e2e.py modules
+of this folder): one real ZooKeeper per session, brokers as real processes
+(killed at teardown, even on failure), each test module in its own ZooKeeper
+chroot so clusters never see each other's znodes.
+
+This folder is put on sys.path for its helpers, imported by their bare names:
+broker_cluster.py, kafka_wire.py, fetcher_stubs.py."""
 from __future__ import annotations
 
 import itertools

@@ -9,7 +9,7 @@ import asyncio
 
 from cluster.config import BrokerConfig
 from cluster.server.fetcher import ReplicaFetcher
-from fetcher_stubs import ReplicaManagerStub
+from fetcher_stubs import partitions_of
 
 
 async def _listener():
@@ -28,7 +28,7 @@ def test_fetcher_reconnects_when_the_leader_address_changes():
         old_server, old, old_accepted = await _listener()
         new_server, new, new_accepted = await _listener()
         where = {"leader": old}
-        f = ReplicaFetcher(ReplicaManagerStub(BrokerConfig.from_dict({"broker.id": 2})), 1,
+        f = ReplicaFetcher(BrokerConfig.from_dict({"broker.id": 2}), partitions_of(), 1,
                            lambda b: where["leader"])
         try:
             await f._ensure_connected()
@@ -59,7 +59,7 @@ def test_fetcher_keeps_its_connection_while_only_zookeeper_would_know():
             lookups.append(b)
             return tuple(addr)
 
-        f = ReplicaFetcher(ReplicaManagerStub(BrokerConfig.from_dict({"broker.id": 2})), 1,
+        f = ReplicaFetcher(BrokerConfig.from_dict({"broker.id": 2}), partitions_of(), 1,
                            lambda b: None, from_zookeeper)
         try:
             await f._ensure_connected()  # nothing cached, not connected: one lookup

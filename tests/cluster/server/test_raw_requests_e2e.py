@@ -35,7 +35,7 @@ def test_api_versions_probe_at_newer_version(cluster3):
     resp = ApiVersionsResponse.decode(frame[4:], version=0)
     assert resp.error_code == 35
     ranges = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-    assert ranges[0] == (0, 3) and ranges[1] == (0, 4) and ranges[3] == (0, 4)
+    assert ranges[0] == (0, 3) and ranges[1] == (0, 5) and ranges[3] == (0, 4)
     assert 10 not in ranges  # no FindCoordinator: consumers use no group coordinator
     ok = w.call(ApiVersionsRequest, ApiVersionsResponse, 1)
     assert ok.error_code == 0

@@ -21,7 +21,7 @@ from cluster import zkpaths
 from cluster.config import render_properties
 from cluster.protocol import control
 from cluster.zkpaths import LeaderAndIsr, TopicAssignment
-from harness.backends.local import free_port
+from harness.host import free_port
 
 REPO = Path(__file__).resolve().parents[3]
 PYTHON = sys.executable
