@@ -8,7 +8,7 @@ the nemesis's own random.Random(seed) for choices among candidates.
 
 Faults run one at a time: start, hold for the step's duration, heal, wait the
 interval, next. Every schedule ends the same way: a final heal of everything
-(whatever injectors did, and heal_all for anything else), a quiet period for
+(faults/heal.py), a quiet period for
 the cluster to settle, then the workload's final reads.
 """
 from __future__ import annotations
@@ -20,12 +20,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
+from cluster.deadline import Deadline
 from faults import injectors
-from faults.injectors.base import FaultContext, FaultError, Injector, heal_all, wait_until
-from faults.targets import TargetError
-
-FINAL_HEAL = "final-heal"
-
+from faults.heal import FINAL_HEAL, final_heal
+from faults.injectors.base import FaultContext, FaultError, Injector
+from faults.targets import TargetError, qualify
 
 @dataclass(frozen=True)
 class Step:
@@ -34,6 +33,7 @@ class Step:
     duration_s: float
     target: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    lane: int = 0            # steps of one lane run one after the other; lanes overlap
 
 
 @dataclass
@@ -55,7 +55,8 @@ class Schedule:
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "Schedule":
         return cls(d["seed"], d["duration_s"], d["quiet_s"],
-                   [Step(s["at_s"], s["fault"], s["duration_s"], s.get("target"), dict(s.get("params") or {}))
+                   [Step(s["at_s"], s["fault"], s["duration_s"], s.get("target"),
+                         dict(s.get("params") or {}), int(s.get("lane", 0)))
                     for s in d["steps"]], dict(d.get("settings") or {}))
 
     def to_text(self) -> str:
@@ -63,8 +64,9 @@ class Schedule:
                  f"steps={len(self.steps)}"]
         for s in self.steps:
             params = " ".join(f"{k}={v}" for k, v in sorted(s.params.items()))
+            lane = f"  lane {s.lane}" if self.settings.get("overlap", 1) > 1 else ""
             lines.append(f"  {s.at_s:8.1f}s  {s.fault:<18} for {s.duration_s:5.1f}s  "
-                         f"target={s.target or '-':<12} {params}".rstrip())
+                         f"target={s.target or '-':<12} {params}".rstrip() + lane)
         lines.append(f"  {self.duration_s:8.1f}s  {FINAL_HEAL}")
         lines.append(f"  {self.duration_s + self.quiet_s:8.1f}s  final reads")
         return "\n".join(lines)
@@ -96,20 +98,26 @@ def make_schedule(seed: int, faults: Iterable[str] | Mapping[str, float], *, dur
                   fault_duration_s: tuple[float, float] = (5.0, 15.0),
                   quiet_s: float = 10.0, brokers: int = 3, zookeepers: int = 1,
                   replication_factor: int = 3, targets: Mapping[str, str] | None = None,
-                  params: Mapping[str, Mapping[str, Any]] | None = None) -> Schedule:
+                  params: Mapping[str, Mapping[str, Any]] | None = None,
+                  overlap: int = 1) -> Schedule:
     """Draw a schedule. `targets` pins a fault's role (fault -> role), `params`
     fixes some of its parameters (fault -> {k: v}); everything else is drawn.
-    Times are rounded to 0.1 s so the printed and the run schedule agree."""
+    `overlap` lanes of faults run side by side (each lane one fault at a
+    time), so faults overlap: a kill during a partition, a pause during a
+    session expiry. Times are rounded to 0.1 s so the printed and the run
+    schedule agree."""
     weights = parse_weights(faults)
     lo_i, hi_i = interval_s
     lo_d, hi_d = fault_duration_s
     if not (0 <= lo_i <= hi_i and 0 < lo_d <= hi_d):
         raise FaultError("intervals and fault durations must be ranges of positive seconds")
+    if overlap < 1:
+        raise FaultError("overlap is the number of fault lanes: at least 1")
     rng = random.Random(seed)
     names = sorted(weights)
     steps: list[Step] = []
-    t = round(rng.uniform(lo_i, hi_i), 1)
-    if weights:
+    for lane in range(overlap if weights else 0):
+        t = round(rng.uniform(lo_i, hi_i), 1)
         while t + lo_d <= duration_s:
             name = rng.choices(names, weights=[weights[n] for n in names])[0]
             roles = injectors.roles_for(name, brokers=brokers, zookeepers=zookeepers,
@@ -124,30 +132,66 @@ def make_schedule(seed: int, faults: Iterable[str] | Mapping[str, float], *, dur
             drawn.update((params or {}).get(name, {}))
             need = injectors.kind(name).min_duration_s(drawn)
             dur = round(min(max(rng.uniform(lo_d, hi_d), need), duration_s - t), 1)
-            steps.append(Step(t, name, dur, role, drawn))
+            steps.append(Step(t, name, dur, role, drawn, lane))
             t = round(t + dur + rng.uniform(lo_i, hi_i), 1)
+    steps.sort(key=lambda s: (s.at_s, s.lane))
     settings = {"faults": weights, "interval_s": list(interval_s),
                 "fault_duration_s": list(fault_duration_s), "brokers": brokers,
-                "zookeepers": zookeepers, "replication_factor": replication_factor}
+                "zookeepers": zookeepers, "replication_factor": replication_factor,
+                "overlap": overlap}
     return Schedule(seed, float(duration_s), float(quiet_s), steps, settings)
 
 
-class Nemesis:
-    """Runs a Schedule against a cluster in a thread, one fault at a time.
+# Faults that take their targets down (the node cannot take another such
+# fault, nor join a partition, until they heal).
+DOWN = frozenset({"kill", "stop", "pause", "hard-bounce", "clean-bounce", "truncate-tail",
+                  "bitflip", "lose-unfsynced", "zk-pause", "zk-kill"})
+# Faults on the network: their heal undoes every network fault at once.
+NETWORK_FAMILIES = ("partition", "link")
 
-    A step whose role nobody holds (no out-of-ISR replica, no controller) is
-    skipped and listed in `skipped`; an injector that fails to start has
-    healed itself (Injector.start does that). `final_heal()` cancels what is
-    left, heals everything and waits until every broker is registered.
+
+def conflict(inj: Injector, others: list[Injector]) -> str | None:
+    """Why `inj` cannot start beside the faults `others` now, or None. Faults
+    overlap freely except where one would undo or block another: a node
+    already down takes no second process fault and no session expiry; a
+    partition cannot be cut while a node is down (iptables runs inside it);
+    one network fault at a time (healing one heals them all)."""
+    down = {n: o.fault for o in others if o.fault in DOWN for n in o.targets}
+    if inj.fault in DOWN or inj.fault == "zk-expire":
+        busy = sorted(set(inj.targets) & set(down))
+        if busy:
+            return f"{', '.join(busy)} already under {down[busy[0]]}"
+    family = injectors.kind(inj.fault).family
+    if family == "partition" and down:
+        return f"a partition waits until {', '.join(sorted(down))} is back"
+    if family in NETWORK_FAMILIES:
+        busy_net = [o.fault for o in others if injectors.kind(o.fault).family in NETWORK_FAMILIES]
+        if busy_net:
+            return f"one network fault at a time ({busy_net[0]} is active)"
+    return None
+
+
+class Nemesis:
+    """Runs a Schedule against a cluster: each lane of the schedule in a
+    thread of its own, one fault at a time per lane, so faults of different
+    lanes overlap.
+
+    A step whose role nobody holds (no out-of-ISR replica, no controller) or
+    that would clash with an active fault (`conflict`) is skipped and listed
+    in `skipped`; an injector that fails to start has healed itself
+    (Injector.start does that). `final_heal()` cancels what is left, heals
+    everything and waits until every broker is registered.
     """
 
     def __init__(self, ctx: FaultContext, schedule: Schedule,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, *,
+                 partition: tuple[str, int] | None = None):
         self.ctx = ctx
         self.schedule = schedule
+        self.partition = partition  # of partition roles that name none (else the context's)
         self._clock = clock
         self._cancel = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._active: list[Injector] = []
         self.done: list[dict[str, Any]] = []
@@ -157,8 +201,12 @@ class Nemesis:
 
     def start(self) -> "Nemesis":
         self.t0 = self._clock()
-        self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
-        self._thread.start()
+        lanes = sorted({s.lane for s in self.schedule.steps})
+        for lane in lanes:
+            t = threading.Thread(target=self._run_lane, args=(lane,), name=f"nemesis-{lane}",
+                                 daemon=True)
+            self._threads.append(t)
+            t.start()
         return self
 
     def active(self) -> list[dict[str, Any]]:
@@ -170,18 +218,25 @@ class Nemesis:
         delay = self.t0 + at_s - self._clock()
         return not self._cancel.wait(max(0.0, delay))
 
-    def _run(self) -> None:
+    def _run_lane(self, lane: int) -> None:
         for step in self.schedule.steps:
+            if step.lane != lane:
+                continue
             if not self._wait_until(step.at_s):
                 return
             self.run_step(step)
 
+    def _admit(self, inj: Injector) -> str | None:
+        with self._lock:
+            return conflict(inj, [i for i in self._active if i is not inj])
+
     def run_step(self, step: Step) -> None:
         try:
-            inj = injectors.make(step.fault, self.ctx, step.target, **step.params)
+            inj = injectors.make(step.fault, self.ctx, qualify(step.target, self.partition),
+                                 **step.params)
             with self._lock:
                 self._active.append(inj)
-            inj.start()
+            inj.start(admit=self._admit)
         except (TargetError, FaultError) as e:
             with self._lock:
                 self._active = [i for i in self._active if i.active]
@@ -216,8 +271,9 @@ class Nemesis:
     def stop(self) -> None:
         """Cancel the schedule and heal the active faults (no global heal)."""
         self._cancel.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join()
         with self._lock:
             active = list(self._active)
         for inj in active:
@@ -227,29 +283,11 @@ class Nemesis:
         """Stop, heal everything, wait for every broker to be registered.
         Recorded as a `final-heal` start/stop pair in the history."""
         self.stop()
-        return final_heal(self.ctx, wait_registered=wait_registered)
+        return final_heal(self.ctx, wait_registered)
 
     def join(self, timeout: float | None = None) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
+        """Until every lane has played its steps (at most `timeout` in all)."""
+        deadline = Deadline(float("inf") if timeout is None else timeout)
+        for t in self._threads:
+            t.join(deadline.remaining() if timeout is not None else None)
 
-
-def final_heal(ctx: FaultContext, wait_registered: bool = True) -> list[str]:
-    """heal_all, then wait for every broker to be registered; recorded as a
-    `final-heal` start/stop pair when the history is still open."""
-    rec = ctx.recorder
-    if rec is not None and getattr(rec, "closed", False):
-        rec = None
-    names = [n.name for n in ctx.cluster.nodes()]
-    if rec is not None:
-        rec.nemesis(FINAL_HEAL, "start", names, None)
-    done = heal_all(ctx.cluster, ctx.log)
-    if wait_registered:
-        from faults.injectors.base import broker_registered
-        late = [n for n in names if n.startswith("broker-")
-                and not wait_until(lambda n=n: broker_registered(ctx, n), ctx.wait_timeout)]
-        if late:
-            done.append(f"not registered after the heal: {','.join(late)}")
-    if rec is not None:
-        rec.nemesis(FINAL_HEAL, "stop", names, "; ".join(done) or "nothing to heal")
-    return done

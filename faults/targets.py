@@ -2,10 +2,10 @@
 
 A schedule names roles ("the leader of t/0", "the controller"), not nodes:
 which broker leads changes during a run, and a fault aimed at "the leader" must
-hit whoever leads when the fault starts. Resolution reads the seed design's
-ZooKeeper layout (cluster.zkpaths): /controller, /brokers/ids,
+hit whoever leads when the fault starts. Resolution reads the ZooKeeper
+layout (docs/design.md#zk-layout, cluster.zkpaths): /controller, /brokers/ids,
 /brokers/topics/T (assigned replicas) and /brokers/topics/T/P/leaderAndISR.
-ZooKeeper's own leader comes from the `srvr` four-letter word.
+ZooKeeper's own leader comes from the cluster (Cluster.zookeeper_mode).
 
 Target syntax (one string):
   controller                    the broker in /controller
@@ -24,7 +24,6 @@ schedule makes the same choices against the same cluster state.
 from __future__ import annotations
 
 import random
-import socket
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -79,25 +78,15 @@ class Target:
             raise TargetError(f"target {self}: the cluster has no ZooKeeper nodes")
 
 
-def zk_mode(host: str, port: int, timeout: float = 2.0) -> str | None:
-    """`leader`, `follower` or `standalone` from the srvr four-letter word;
-    None when the server does not answer (down, paused, cut off)."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout) as s:
-            s.settimeout(timeout)
-            s.sendall(b"srvr")
-            chunks = []
-            while True:
-                b = s.recv(4096)
-                if not b:
-                    break
-                chunks.append(b)
-    except OSError:
-        return None
-    for line in b"".join(chunks).decode(errors="replace").splitlines():
-        if line.startswith("Mode:"):
-            return line.split(":", 1)[1].strip()
-    return None
+def qualify(target: str | None, partition: tuple[str, int] | None) -> str | None:
+    """`target` with `partition` filled in when it is a partition role that
+    names none ("leader" -> "leader:t/0"); anything else unchanged."""
+    if target is None or partition is None:
+        return target
+    t = Target.parse(target)
+    if t.role in PARTITION_ROLES and t.topic is None:
+        return str(Target(t.role, topic=partition[0], partition=partition[1]))
+    return target
 
 
 class Resolver:
@@ -113,6 +102,9 @@ class Resolver:
         self._zk = zk
         self.rng = rng
         self.default_partition = default_partition
+        # The run's topics: what admin operations may act on (None: every
+        # topic). A cluster shared by several runs holds the others' too.
+        self.topics: set[str] | None = None
 
     @property
     def zk(self) -> Any:
@@ -164,11 +156,7 @@ class Resolver:
         return replicas
 
     def zk_modes(self) -> dict[str, str | None]:
-        modes = {}
-        for name in self.zk_names():
-            n = self.cluster.node(name)
-            modes[name] = zk_mode(n.host, n.port)
-        return modes
+        return {name: self.cluster.zookeeper_mode(name) for name in self.zk_names()}
 
     # -- resolution ----------------------------------------------------------
     def resolve(self, target: Target | str) -> list[str]:

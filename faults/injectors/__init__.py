@@ -13,14 +13,15 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from faults.injectors.base import FaultContext, FaultError, Injector, heal_all
+from faults.injectors.admin import ElectPreferred, MoveLeader, Reassign
+from faults.injectors.base import FaultContext, FaultError, Injector
 from faults.injectors.disk import BitFlip, LoseUnfsynced, TruncateTail
 from faults.injectors.link import LinkToxic
 from faults.injectors.partition import Partition
 from faults.injectors.process import Bounce, Kill, Pause, Stop
 from faults.injectors.zookeeper import ExpireSession
 
-__all__ = ["CATALOGUE", "FaultKind", "FaultContext", "FaultError", "Injector", "heal_all",
+__all__ = ["CATALOGUE", "FaultKind", "FaultContext", "FaultError", "Injector",
            "make", "kind", "roles_for", "unsupported"]
 
 NO_PARAMS: Callable[[random.Random], dict[str, Any]] = lambda rng: {}
@@ -29,7 +30,7 @@ NO_PARAMS: Callable[[random.Random], dict[str, Any]] = lambda rng: {}
 @dataclass(frozen=True)
 class FaultKind:
     name: str
-    family: str                        # process | partition | link | zookeeper | disk
+    family: str                        # process | partition | link | zookeeper | disk | admin
     build: Callable[..., Injector]
     roles: tuple[str | None, ...]      # a schedule picks one; None = no target
     needs: tuple[str, ...] = ()        # "net" (iptables or proxy), "proxy", "zk-ensemble"
@@ -47,6 +48,8 @@ def _k(name, family, build, roles, needs=(), draw=NO_PARAMS, about="", min_s=Non
 
 # A bounce round: session timeout (6 s by default) + restart + registration.
 BOUNCE_ROUND_S = 12.0
+# A reassignment: new replicas start, catch up, join the ISR; then an election.
+ADMIN_OPERATION_S = 15.0
 
 
 BROKER_ROLES = ("leader", "controller", "follower", "random")
@@ -103,6 +106,14 @@ CATALOGUE: dict[str, FaultKind] = {k.name: k for k in [
        draw=lambda r: {"flips": r.randint(1, 4)}, about="flip bits near the end of a replica's active segment"),
     _k("lose-unfsynced", "disk", LoseUnfsynced, ("leader", "random", "all"),
        about="kill, then cut replicas back to their recovery point (power loss)"),
+    _k("elect-preferred", "admin", ElectPreferred, (None,),
+       about="preferred replica election of every partition (leaders move back)"),
+    _k("move-leader", "admin", MoveLeader, (None,),
+       about="a partition's leadership moves to an in-sync follower (reorder, then elect)",
+       min_s=lambda p: ADMIN_OPERATION_S),
+    _k("reassign", "admin", Reassign, (None,),
+       about="one replica of a partition moves to a broker that had none (a spare broker)",
+       min_s=lambda p: ADMIN_OPERATION_S),
 ]}
 
 

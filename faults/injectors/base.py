@@ -1,4 +1,4 @@
-"""The one interface every fault has, and the heal that undoes all of them.
+"""The one interface every fault has, and the context it works in.
 
 An injector is built for one fault occurrence: `start()` resolves its targets
 (a role means whoever holds it *now*), records a nemesis `start` event and
@@ -7,10 +7,7 @@ Recording lives here rather than in the nemesis so that a fault applied by
 hand (`chaoslog fault`) or from a pytest fixture leaves the same trace as one
 from a schedule.
 
-`heal_all` is the stateless last resort: it knows nothing of what was done and
-repairs everything any injector can do (frozen or stopped nodes, iptables
-chains, proxy toxics and disabled proxies). The final heal of every run and
-`chaoslog heal` from another process use it.
+Undoing everything, whoever did it, is faults/heal.py's job.
 """
 from __future__ import annotations
 
@@ -18,10 +15,10 @@ import abc
 import random
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from cluster.deadline import wait_until
 from faults.targets import Resolver, Target
 
 
@@ -46,6 +43,21 @@ class FaultContext:
     def default_partition(self) -> tuple[str, int] | None:
         return self.resolver.default_partition
 
+    @classmethod
+    def create(cls, cluster: Any, zk: Any, *, seed: int | None, recorder: Any = None,
+               log: Callable[[str], None] = lambda msg: None,
+               partition: tuple[str, int] | None = None, mechanism: str = "auto",
+               topics: set[str] | None = None) -> "FaultContext":
+        """The one way to make a context: role choices draw from their own
+        stream of the seed (apart from the schedule's draws), so a seeded run
+        makes the same choices against the same cluster state; seed None
+        draws them at random. `topics`: the run's topics, which admin
+        operations act on (None: every topic)."""
+        rng = random.Random(None if seed is None else seed * 2 + 1)
+        resolver = Resolver(cluster, zk, rng, partition)
+        resolver.topics = set(topics) if topics is not None else None
+        return cls(cluster, resolver, rng, recorder=recorder, log=log, mechanism=mechanism)
+
 
 class Injector(abc.ABC):
     """One fault occurrence. Subclasses implement _start/_stop and may
@@ -63,11 +75,17 @@ class Injector(abc.ABC):
         self._lock = threading.Lock()
 
     # -- the interface -------------------------------------------------------
-    def start(self) -> None:
+    def start(self, admit: Callable[["Injector"], str | None] | None = None) -> None:
+        """Resolve the targets and break something. `admit` (a nemesis that
+        runs faults side by side) sees the resolved injector first and may
+        refuse it with a reason: a FaultError, nothing recorded."""
         with self._lock:
             if self.active:
                 raise FaultError(f"{self.fault} is already active")
             self.targets = self._resolve()
+            why = admit(self) if admit is not None else None
+            if why:
+                raise FaultError(why)
             self._record("start")
             self.active = True
         try:
@@ -126,19 +144,6 @@ class Injector(abc.ABC):
 
 # -- waiting on ZooKeeper ---------------------------------------------------------
 
-def wait_until(predicate: Callable[[], bool], timeout: float, interval: float = 0.2) -> bool:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if predicate():
-                return True
-        except Exception:  # noqa: BLE001 - a ZooKeeper hiccup is "not yet"
-            pass
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval)
-
-
 def registration(ctx: FaultContext, name: str) -> int | None:
     """The ZooKeeper session that holds the broker's /brokers/ids/N, or None."""
     from cluster.zkpaths import broker_path
@@ -154,43 +159,18 @@ def broker_registered(ctx: FaultContext, name: str, not_by: int | None = None) -
     return owner is not None and (not_by is None or owner != not_by)
 
 
+def wait_registered(ctx: FaultContext, name: str, not_by: int | None = None) -> bool:
+    """Until the broker is registered (by another session than `not_by`);
+    False after ctx.wait_timeout. A ZooKeeper hiccup counts as "not yet"."""
+    return bool(wait_until(lambda: broker_registered(ctx, name, not_by), ctx.wait_timeout,
+                           retry_on=(Exception,)))
+
+
+def wait_unregistered(ctx: FaultContext, name: str) -> bool:
+    """Until the broker's registration is gone (its session expired)."""
+    return bool(wait_until(lambda: not broker_registered(ctx, name), ctx.wait_timeout,
+                           retry_on=(Exception,)))
+
+
 def is_broker(name: str) -> bool:
     return name.startswith("broker-")
-
-
-# -- heal everything --------------------------------------------------------------
-
-def heal_all(cluster: Any, log: Callable[[str], None] = lambda m: None) -> list[str]:
-    """Undo every kind of fault on `cluster`, whoever applied it. Returns what
-    it did (for the log and the history's final heal detail). Never raises
-    for one part failing: it tries the others and reports."""
-    from faults.injectors import net  # local import: net needs only this module
-
-    done: list[str] = []
-    try:
-        nodes = cluster.nodes()
-    except Exception as e:  # noqa: BLE001
-        return [f"cannot list nodes: {e}"]
-    for n in nodes:
-        try:
-            if n.state == "paused":
-                cluster.resume_node(n.name)
-                done.append(f"resumed {n.name}")
-        except Exception as e:  # noqa: BLE001
-            done.append(f"resume {n.name} failed: {e}")
-    for part in (net.heal_iptables, net.heal_proxies):
-        try:
-            done.extend(part(cluster))
-        except Exception as e:  # noqa: BLE001
-            done.append(f"{part.__name__} failed: {e}")
-    # ZooKeeper before brokers: a broker cannot register without it.
-    for n in sorted(cluster.nodes(), key=lambda n: n.kind != "zookeeper"):
-        try:
-            if n.state == "stopped":
-                cluster.start_node(n.name)
-                done.append(f"started {n.name}")
-        except Exception as e:  # noqa: BLE001
-            done.append(f"start {n.name} failed: {e}")
-    for line in done:
-        log(f"heal: {line}")
-    return done

@@ -31,7 +31,6 @@ from typing import Any
 
 from faults.injectors.base import FaultError, Injector
 from faults.injectors.process import restart
-from faults.injectors.zookeeper import broker_log_dir
 
 SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
 REPLICA_DIR_RE = re.compile(r"^(.+)-(\d+)$")
@@ -89,7 +88,7 @@ class _DownDisk(Injector):
     def _start(self) -> None:
         for n in self.targets:
             self.ctx.cluster.kill_node(n)
-            self.damage(n, broker_log_dir(self.ctx.cluster, n))
+            self.damage(n, self.ctx.cluster.log_dir(n))
 
     def _stop(self) -> None:
         late = [n for n in self.targets if not restart(self.ctx, n)]

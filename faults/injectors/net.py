@@ -170,6 +170,25 @@ class IptablesNet(Net):
     def heal(self) -> list[str]:
         return heal_iptables(self.cluster)
 
+    def dropped(self) -> int | None:
+        """Packets our DROP rules dropped so far, over every running node
+        (read before healing: the flush resets the counters); None when no
+        node could be asked or no DROP rule is left to ask (another fault's
+        heal flushed them: every network heal undoes them all)."""
+        total, rules = 0, 0
+        for n in self.cluster.nodes():
+            if n.state != "running":
+                continue
+            code, out = _run(self.cluster, n.name, f"iptables -L {CHAIN} -v -x -n 2>/dev/null; "
+                                                     f"iptables -L {OUT_CHAIN} -v -x -n 2>/dev/null")
+            if code != 0:
+                continue
+            drops = [int(f[0]) for f in (line.split() for line in out.splitlines())
+                     if len(f) > 2 and f[0].isdigit() and f[2] == "DROP"]
+            rules += len(drops)
+            total += sum(drops)
+        return total if rules else None
+
 
 def heal_iptables(cluster: Any) -> list[str]:
     if not has_exec(cluster):

@@ -87,6 +87,11 @@ class Partition(Injector):
 
     def _stop(self) -> None:
         if self.mechanism is not None:
+            # Evidence that the cut took effect (a planned fault that changed
+            # nothing must not count as one that did).
+            dropped = getattr(self.mechanism, "dropped", lambda: None)()
+            if dropped is not None:
+                self.notes.append(f"dropped {dropped} packets")
             self.mechanism.heal()
 
     def detail(self) -> str:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from faults.injectors.base import (FaultContext, FaultError, Injector, broker_registered,
-                                   is_broker, registration, wait_until)
+from faults.injectors.base import (FaultContext, FaultError, Injector, is_broker,
+                                   registration, wait_registered, wait_unregistered)
 
 
 def _state(ctx: FaultContext, name: str) -> str:
@@ -37,7 +37,7 @@ def restart(ctx: FaultContext, name: str, wait: bool = True) -> bool:
                 stale = None
         ctx.cluster.start_node(name)
     if wait and is_broker(name):
-        return wait_until(lambda: broker_registered(ctx, name, not_by=stale), ctx.wait_timeout)
+        return wait_registered(ctx, name, not_by=stale)
     return True
 
 
@@ -47,7 +47,7 @@ def session_expired(ctx: FaultContext, name: str) -> bool:
     restart; otherwise the restart races the old session."""
     if not is_broker(name):
         return True
-    return wait_until(lambda: not broker_registered(ctx, name), ctx.wait_timeout)
+    return wait_unregistered(ctx, name)
 
 
 class Kill(Injector):

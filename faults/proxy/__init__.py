@@ -1,7 +1,7 @@
 """A Toxiproxy-compatible TCP fault proxy, in asyncio.
 
-No Toxiproxy binary can be installed on the project's machines
-(docs: shared/design/environment.md), so this package speaks the Toxiproxy
+No Toxiproxy binary can be installed on the project's machines (no Debian
+package, no PyPI wheel with the server), so this package speaks the Toxiproxy
 2.x HTTP API closely enough for toxiproxy-python 0.1.1 to drive it unmodified,
 and implements its toxics (latency, bandwidth, slow_close, timeout,
 reset_peer, slicer, limit_data).

@@ -26,6 +26,9 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="address of the HTTP API (default: %(default)s)")
     parser.add_argument("--port", type=int, default=8474,
                         help="port of the HTTP API, 0 for any free port (default: %(default)s)")
+    parser.add_argument("--label", default=None,
+                        help="a text to carry on the command line (unused: whoever started the "
+                             "proxy finds its process by it)")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

@@ -26,12 +26,9 @@ import asyncio
 import logging
 import socket
 import struct
-from typing import TYPE_CHECKING
+from typing import Callable
 
 from .toxics import EOF, STREAMS, Chunk, Stage, ToxicSpec, make_stage
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .proxy import Proxy
 
 READ_SIZE = 64 * 1024
 MAX_INFLIGHT = 1024 * 1024
@@ -45,7 +42,7 @@ def watch(task: asyncio.Task, conn: "Connection") -> asyncio.Task:
 
     def done(task: asyncio.Task) -> None:
         if not task.cancelled() and task.exception() is not None:
-            log.error("proxy %s: connection task failed", conn.proxy.name,
+            log.error("proxy %s: connection task failed", conn.proxy_name,
                       exc_info=task.exception())
             conn.kill()
 
@@ -136,6 +133,10 @@ class Link:
         if self.inflight < MAX_INFLIGHT:
             self._room.set()
 
+    def reset_connection(self) -> None:
+        """The reset_peer toxic: both peers of the connection get a TCP RST."""
+        self.conn.kill(reset=True)
+
     # -- tasks
 
     async def _read(self) -> None:
@@ -182,10 +183,12 @@ class Link:
 class Connection:
     """A client connection and its upstream connection, joined by two links."""
 
-    def __init__(self, proxy: "Proxy",
+    def __init__(self, proxy_name: str,
                  client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-                 upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter]):
-        self.proxy = proxy
+                 upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+                 on_close: Callable[["Connection"], None]):
+        self.proxy_name = proxy_name
+        self.on_close = on_close  # the proxy forgets the connection
         self.client_writer = client[1]
         self.upstream_writer = upstream[1]
         self.links = {
@@ -233,4 +236,4 @@ class Connection:
                 writer.transport.abort()
             else:
                 writer.close()
-        self.proxy.forget(self)
+        self.on_close(self)

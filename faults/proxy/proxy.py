@@ -172,7 +172,7 @@ class Proxy:
             up_writer.transport.abort()
             writer.transport.abort()
             return
-        conn = Connection(self, (reader, writer), (up_reader, up_writer))
+        conn = Connection(self.name, (reader, writer), (up_reader, up_writer), self.forget)
         self._connections.add(conn)
         conn.start(self.toxics)
 

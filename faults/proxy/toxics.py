@@ -25,10 +25,7 @@ import asyncio
 import random
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .link import Link
+from typing import Any, Callable, Protocol
 
 STREAMS = ("upstream", "downstream")
 
@@ -178,6 +175,16 @@ class ToxicSpec:
 # ---------------------------------------------------------------- link stages
 
 
+class LinkHandle(Protocol):
+    """What a stage may ask of the link it runs on (link.Link provides it)."""
+
+    def release(self, size: int) -> None:
+        """`size` bytes have left the chain: let the reader take more."""
+
+    def reset_connection(self) -> None:
+        """Drop the whole connection with a TCP RST to both peers."""
+
+
 class Stage:
     """One toxic running on one link: reads ``input``, writes ``output``.
 
@@ -187,7 +194,7 @@ class Stage:
     An inactive stage (lost the toxicity roll) passes everything through.
     """
 
-    def __init__(self, spec: ToxicSpec, link: "Link"):
+    def __init__(self, spec: ToxicSpec, link: "LinkHandle"):
         self.spec = spec
         self.link = link
         self.input: asyncio.Queue = asyncio.Queue()
@@ -330,7 +337,7 @@ class BandwidthStage(Stage):
 
     SLICE_SECONDS = 0.05
 
-    def __init__(self, spec: ToxicSpec, link: "Link"):
+    def __init__(self, spec: ToxicSpec, link: "LinkHandle"):
         super().__init__(spec, link)
         self.clock = 0.0
 
@@ -386,7 +393,7 @@ class ResetPeerStage(Stage):
 
     async def _reset(self) -> None:
         await asyncio.sleep(self.attrs["timeout"] / 1000.0)
-        self.link.conn.kill(reset=True)
+        self.link.reset_connection()
         self.close_stream()
 
 
@@ -412,7 +419,7 @@ class LimitDataStage(Stage):
 
     The count survives updates (Toxiproxy keeps it as per-link state)."""
 
-    def __init__(self, spec: ToxicSpec, link: "Link"):
+    def __init__(self, spec: ToxicSpec, link: "LinkHandle"):
         super().__init__(spec, link)
         self.sent = 0
 
@@ -438,5 +445,5 @@ STAGES: dict[str, type[Stage]] = {
 assert set(STAGES) == set(ATTRIBUTES)
 
 
-def make_stage(spec: ToxicSpec, link: "Link") -> Stage:
+def make_stage(spec: ToxicSpec, link: "LinkHandle") -> Stage:
     return STAGES[spec.type](spec, link)

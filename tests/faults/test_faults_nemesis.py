@@ -306,3 +306,53 @@ def test_unsupported_settings_are_named():
     assert injectors.unsupported("partition-halves", backend="docker", proxied=False, zookeepers=1) is None
     assert injectors.unsupported("partition-clients", backend="local", proxied=True, zookeepers=1) is None
     assert injectors.unsupported("kill", backend="local", proxied=False, zookeepers=1) is None
+
+
+# -- overlapping lanes -------------------------------------------------------------------
+
+def test_overlap_draws_lanes_that_overlap_and_one_lane_is_unchanged():
+    one = make_schedule(11, ["kill", "pause"], duration_s=120, brokers=3)
+    again = make_schedule(11, ["kill", "pause"], duration_s=120, brokers=3, overlap=1)
+    assert [s.at_s for s in one.steps] == [s.at_s for s in again.steps]
+    three = make_schedule(11, ["kill", "pause", "zk-expire"], duration_s=120, brokers=3, overlap=3)
+    assert {s.lane for s in three.steps} == {0, 1, 2}
+    assert [s.at_s for s in three.steps] == sorted(s.at_s for s in three.steps)
+    overlapping = [(a, b) for a in three.steps for b in three.steps
+                   if a.lane < b.lane and a.at_s < b.at_s + b.duration_s and b.at_s < a.at_s + a.duration_s]
+    assert overlapping, "three lanes over 120 s never overlapped"
+    for lane in range(3):
+        steps = [s for s in three.steps if s.lane == lane]
+        assert all(a.at_s + a.duration_s <= b.at_s for a, b in zip(steps, steps[1:]))
+    assert Schedule.from_json(json.loads(three.dumps())).steps == three.steps
+
+
+def _injector(fault, targets):
+    return SimpleNamespace(fault=fault, targets=targets)
+
+
+def test_conflicts_between_overlapping_faults():
+    from faults.nemesis import conflict
+    killed = _injector("kill", ["broker-2"])
+    cut = _injector("partition-halves", ["broker-1", "broker-2", "broker-3", "zk-1"])
+    assert conflict(_injector("pause", ["broker-2"]), [killed]) == "broker-2 already under kill"
+    assert conflict(_injector("zk-expire", ["broker-2"]), [killed]) is not None
+    assert conflict(_injector("pause", ["broker-3"]), [killed]) is None
+    assert "waits until broker-2" in conflict(cut, [killed])
+    assert conflict(_injector("kill", ["broker-1"]), [cut]) is None   # a kill during a partition
+    assert "one network fault" in conflict(_injector("partition-isolate", ["broker-1"]), [cut])
+    assert conflict(_injector("zk-expire", ["broker-1"]), [cut]) is None
+
+
+def test_lanes_run_side_by_side_and_a_clash_is_skipped():
+    ctx = context()
+    steps = [Step(0.0, "kill", 0.6, "broker-2", lane=0),
+             Step(0.1, "pause", 0.3, "broker-3", lane=1),       # overlaps the kill: runs
+             Step(0.5, "pause", 0.3, "broker-2", lane=1)]       # broker-2 is still killed: skipped
+    nem = Nemesis(ctx, Schedule(1, 2.0, 0.0, steps)).start()
+    nem.join(10)
+    calls = ctx.cluster.calls
+    assert ("kill", "broker-2") in calls and ("pause", "broker-3") in calls
+    assert calls.index(("pause", "broker-3")) < calls.index(("start", "broker-2"))  # overlapped
+    assert ("pause", "broker-2") not in calls
+    assert [s["reason"] for s in nem.skipped] == ["broker-2 already under kill"]
+    assert not nem.errors

@@ -2,15 +2,14 @@
 own chains, the cut is real, healing removes exactly our rules. ZooKeeper
 containers run without NET_ADMIN, so their side of a grudge becomes OUTPUT
 drops on the brokers. Skipped without a Docker engine."""
-import random
 import socket
 import time
 
 import pytest
 
 from faults.injectors import make
-from faults.injectors.base import FaultContext, heal_all
-from faults.targets import Resolver
+from faults.heal import heal_all
+from faults.injectors.base import FaultContext
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -25,13 +24,14 @@ def dcluster():
         pytest.skip("no Docker engine answers here")
     from kazoo.client import KazooClient
 
-    from harness.run import create_topics
+    from cluster import admin
     c = make_cluster(ClusterSpec(name="faultsdock", brokers=3), "docker")
     c.start()
     zk = KazooClient(c.zookeeper_connect)
     zk.start()
     try:
-        create_topics(zk, {"t": 3}, 3, 3)
+        admin.create_topic(zk, "t", 3, 3)
+        admin.wait_for_leaders(zk, "t")
         yield c, zk
     finally:
         zk.stop()
@@ -40,8 +40,7 @@ def dcluster():
 
 
 def ctx_of(c, zk):
-    rng = random.Random(1)
-    return FaultContext(c, Resolver(c, zk, rng, ("t", 0)), rng, log=lambda m: None)
+    return FaultContext.create(c, zk, seed=0, partition=("t", 0))
 
 
 def reachable(c, name):

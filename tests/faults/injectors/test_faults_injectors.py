@@ -113,8 +113,8 @@ class DiskCluster:
         self.state = {"broker-1": "running"}
         self.spec = SimpleNamespace(node_names=lambda: ["zk-1", "broker-1"], proxied=False)
 
-    def data_dir(self, name):
-        return self.base / name
+    def log_dir(self, name):
+        return self.base / name / "logs"
 
     def node(self, name):
         return SimpleNamespace(name=name, state=self.state[name])

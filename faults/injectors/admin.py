@@ -1,0 +1,184 @@
+"""Admin operations as faults: leadership and replicas moved while other
+faults happen.
+
+What an operator runs during an incident (a preferred replica election, a
+partition reassignment) drives the controller's state machines
+(docs/design.md#reassignment, #preferred-election) while brokers fail, and
+moves leadership with writes in flight: leader churn. They go through
+cluster.admin (the design's ZooKeeper admin paths), as `chaoslog admin`
+does. Nothing is undone at the heal: the new placement is legitimate; the
+step ends when the operation completed (or its time is up), and notes what
+it changed.
+
+  elect-preferred  every partition's preferred replica leads again
+  move-leader      one partition's leadership moves to an in-sync follower
+                   (reorder its replicas, then elect the new first one)
+  reassign         one replica of a partition moves to a broker that had none
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from cluster import admin, zkpaths
+from cluster.deadline import wait_until
+from faults.injectors.base import FaultContext, FaultError, Injector
+
+# How long an operation may take before the step gives up waiting (the
+# controller keeps going; the final recovery check waits for it).
+OPERATION_TIMEOUT_S = 60.0
+
+
+def _leaders(zk: Any, topics: set[str] | None = None) -> dict[tuple[str, int], dict[str, Any]]:
+    """Each partition's placement, of `topics` (None: every topic)."""
+    out = {}
+    for topic in admin.list_topics(zk):
+        if topics is not None and topic not in topics:
+            continue
+        for p in admin.describe_topic(zk, topic)["partitions"]:
+            out[(topic, p["partition"])] = p
+    return out
+
+
+def _broker(b: int) -> str:
+    return f"broker-{b}"
+
+
+class _AdminOperation(Injector):
+    """`request()` at the start (refused: the step is skipped), then
+    `settle()` in a thread until the operation completed; done() when it has.
+    Subclasses choose their partition in _resolve."""
+
+    def __init__(self, ctx: FaultContext, target: str | None = None, **params: Any):
+        super().__init__(ctx, target, **params)
+        self._thread: threading.Thread | None = None
+        self._cancel = threading.Event()
+
+    @property
+    def zk(self) -> Any:
+        return self.ctx.resolver.zk
+
+    def _start(self) -> None:
+        self.before = _leaders(self.zk, self.ctx.resolver.topics)
+        try:
+            self.request()
+        except admin.AdminError as e:
+            raise FaultError(str(e)) from None
+        self._thread = threading.Thread(target=self._run, name=self.fault, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.settle()
+        except Exception as e:  # noqa: BLE001 - reported in the stop event
+            self.notes.append(f"failed: {e}")
+
+    def request(self) -> None:
+        raise NotImplementedError
+
+    def settle(self) -> None:
+        raise NotImplementedError
+
+    def done(self) -> bool:
+        return self._thread is not None and not self._thread.is_alive()
+
+    def _wait(self, condition, timeout: float = OPERATION_TIMEOUT_S) -> bool:
+        return bool(wait_until(lambda: self._cancel.is_set() or condition(), timeout, 0.5,
+                               retry_on=(Exception,))) and not self._cancel.is_set()
+
+    def _stop(self) -> None:
+        self._cancel.set()
+        if self._thread is not None:
+            self._thread.join()
+        try:
+            after = _leaders(self.zk, self.ctx.resolver.topics)
+        except Exception:  # noqa: BLE001 - ZooKeeper may be what is broken
+            return
+        moved = [f"{t}/{p}: {self.before[(t, p)]['leader']}->{a['leader']}"
+                 for (t, p), a in sorted(after.items())
+                 if (t, p) in self.before and a["leader"] != self.before[(t, p)]["leader"]]
+        self.notes.append(f"leaders moved: {', '.join(moved)}" if moved else "no leader moved")
+
+    def _reassignment_done(self, topic: str, partition: int, replicas: list[int]) -> bool:
+        d = admin.describe_topic(self.zk, topic)["partitions"]
+        return (list(d[partition]["replicas"]) == replicas
+                and not self.zk.exists(zkpaths.REASSIGN_PARTITIONS))
+
+    def _election_done(self) -> bool:
+        return not self.zk.exists(zkpaths.PREFERRED_REPLICA_ELECTION)
+
+
+class ElectPreferred(_AdminOperation):
+    fault = "elect-preferred"
+
+    def _resolve(self) -> list[str]:
+        return [_broker(self.ctx.resolver.controller())]
+
+    def request(self) -> None:
+        admin.preferred_election(self.zk, self.ctx.resolver.topics)
+
+    def settle(self) -> None:
+        self._wait(self._election_done)
+
+
+class MoveLeader(_AdminOperation):
+    """Reorder the partition's replicas so that an in-sync follower is the
+    preferred one (a reassignment to the same replicas), then elect it."""
+    fault = "move-leader"
+
+    def _resolve(self) -> list[str]:
+        rng = self.ctx.rng
+        live = set(self.ctx.resolver.live_brokers())
+        candidates = []
+        for (t, p), d in sorted(_leaders(self.zk, self.ctx.resolver.topics).items()):
+            followers = [r for r in d["isr"] if r != d["leader"] and r in live]
+            if d["leader"] in live and followers:
+                candidates.append((t, p, d, followers))
+        if not candidates:
+            raise FaultError("no partition has a live leader and a live in-sync follower")
+        t, p, d, followers = rng.choice(candidates)
+        new = rng.choice(sorted(followers))
+        self.partition = (t, p)
+        self.replicas = [new] + [r for r in d["replicas"] if r != new]
+        self.params = {**self.params, "partition": f"{t}/{p}", "to": new}
+        return [_broker(d["leader"]), _broker(new)]
+
+    def request(self) -> None:
+        admin.reassign(self.zk, {self.partition: self.replicas})
+
+    def settle(self) -> None:
+        t, p = self.partition
+        if not self._wait(lambda: self._reassignment_done(t, p, self.replicas)):
+            self.notes.append("reorder not done when the step ended")
+            return
+        admin.preferred_election(self.zk, t)
+        self._wait(self._election_done)
+
+
+class Reassign(_AdminOperation):
+    """Move one replica of a partition to a live broker that holds none of it
+    (needs more brokers than the partition has replicas)."""
+    fault = "reassign"
+
+    def _resolve(self) -> list[str]:
+        rng = self.ctx.rng
+        live = sorted(self.ctx.resolver.live_brokers())
+        candidates = [(t, p, d) for (t, p), d in sorted(_leaders(self.zk, self.ctx.resolver.topics).items())
+                      if any(b not in d["replicas"] for b in live)]
+        if not candidates:
+            raise FaultError("no partition has a live broker outside its replicas")
+        t, p, d = rng.choice(candidates)
+        out = rng.choice(d["replicas"])
+        into = rng.choice([b for b in live if b not in d["replicas"]])
+        self.partition = (t, p)
+        self.replicas = [into if r == out else r for r in d["replicas"]]
+        self.params = {**self.params, "partition": f"{t}/{p}", "from": out, "to": into}
+        return [_broker(out), _broker(into)]
+
+    def request(self) -> None:
+        admin.reassign(self.zk, {self.partition: self.replicas})
+
+    def settle(self) -> None:
+        t, p = self.partition
+        done = self._wait(lambda: self._reassignment_done(t, p, self.replicas))
+        self.notes.append("reassignment done" if done else "reassignment not done when the step ended")
