@@ -14,11 +14,12 @@ def _subcommand_modules():
     import faults.proxy.cli
     import harness.cluster_cli
     import harness.demo
+    import harness.fault_cli
     import harness.images_cli
-    import harness.run
+    import harness.run_cli
     import reports.cli
-    return (harness.demo, harness.cluster_cli, harness.run, cluster.admin, reports.cli,
-            faults.proxy.cli, harness.images_cli)
+    return (harness.demo, harness.cluster_cli, harness.run_cli, harness.fault_cli, cluster.admin,
+            reports.cli, faults.proxy.cli, harness.images_cli)
 
 
 class OneLineErrors(argparse.ArgumentParser):

@@ -39,8 +39,8 @@ def run_argv(args) -> list[str]:
 
 
 def run(args) -> int:
-    from harness import run as chaos_run
+    from harness import run_cli
     parser = argparse.ArgumentParser(prog="chaoslog")
-    chaos_run.add_run_parser(parser.add_subparsers(dest="command"))
+    run_cli.add_parser(parser.add_subparsers(dest="command"))
     ns = parser.parse_args(["run", *run_argv(args)])
     return ns.func(ns)

@@ -1,6 +1,6 @@
 """Recording a run: history.jsonl, run.json and the artifacts a checker needs.
 
-The history is the only evidence a run leaves (shared/design/history-format.md
+The history is the only evidence a run leaves (docs/history-format.md
 is the contract). So the recorder, not the workers, owns the three things that
 must be globally consistent: `index` (one total order), `time` (one monotonic
 clock, read under the same lock, so it never decreases along the index) and the
@@ -30,7 +30,8 @@ FUNCTIONS = ("send", "poll", "nemesis")
 # Field order on disk: the fixed head, then the optional fields.
 _HEAD = ("index", "time", "process", "op", "type", "f")
 _OPTIONAL = ("topic", "partition", "value", "offset", "records", "high_watermark",
-             "final", "error", "node", "fault", "phase", "targets", "detail")
+             "final", "error", "node", "fault", "phase", "targets", "detail",
+             "log_start_offset")  # (docs/history-format.md, "Extensions")
 _ALLOWED = frozenset(_HEAD + _OPTIONAL)
 # Carried from an invocation onto its completion when the completion omits them.
 _INHERITED = ("topic", "partition", "value", "final", "node")
@@ -76,6 +77,11 @@ class HistoryRecorder:
         self._flusher = threading.Thread(target=self._flush_loop, args=(flush_interval,),
                                          name="history-flush", daemon=True)
         self._flusher.start()
+
+    @property
+    def run_dir(self) -> Path:
+        """The run directory this history belongs to."""
+        return self.path.parent
 
     # -- the clock ----------------------------------------------------------
     def now(self) -> int:

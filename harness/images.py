@@ -125,7 +125,7 @@ def _build_base(client, tag: str) -> None:
         cmd = [
             "mmdebstrap", "--variant=minbase", "--quiet",
             "--include=" + ",".join(BASE_PACKAGES),
-            # openjdk's postinst needs this directory (environment.md).
+            # openjdk's postinst needs this directory.
             "--essential-hook=mkdir -p \"$1/usr/share/man/man1\"",
             "--customize-hook=chroot \"$1\" apt-get clean; rm -rf \"$1\"/var/lib/apt/lists/* "
             "\"$1\"/usr/share/doc/* \"$1\"/usr/share/man/* \"$1\"/usr/share/locale/*",

@@ -14,6 +14,8 @@ import os
 import shutil
 from pathlib import Path
 
+from harness.host import state_dir
+
 PREFIX = "org.chaoslog"
 CLUSTER_LABEL = f"{PREFIX}.cluster"
 OWNER_LABEL = f"{PREFIX}.owner"
@@ -51,7 +53,6 @@ def labels(cluster: str, base_dir: Path, persistent: bool) -> dict[str, str]:
 def _kept(cluster: str | None) -> bool:
     """A cluster that `--chaoslog-keep` or `chaoslog cluster up` recorded as persistent."""
     import json
-    from harness.backends.local import state_dir
     if not cluster:
         return False
     try:
@@ -95,7 +96,6 @@ def reap_docker(client=None) -> list[str]:
 def reap_local() -> list[str]:
     """Kill local-backend processes whose cluster's owner process is gone."""
     import json
-    from harness.backends.local import state_dir
     from harness.backends.process import LocalProcess
     removed = []
     for path in sorted(state_dir().glob("*.json")):

@@ -10,14 +10,16 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from cluster import zkpaths
+from cluster.deadline import Deadline, wait_until
 from harness.backends.base import ClusterError
+from harness.host import free_port
+from harness.zk_probe import four_letter, zk_mode
 
 # Debian's libzookeeper-java; the jar's manifest carries the rest of the classpath.
 ZK_JARS = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-log4j12.jar",
@@ -77,39 +79,10 @@ def java_command(conf_dir: Path, heap_mb: int = 256, jvm_opts: Sequence[str] = (
             "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(conf_dir / "zoo.cfg")]
 
 
-def four_letter(host: str, port: int, word: str, timeout: float = 2.0) -> str:
-    """Send a ZooKeeper four-letter word (srvr, ruok, ...) and return the answer."""
-    with socket.create_connection((host, port), timeout=timeout) as s:
-        s.sendall(word.encode())
-        chunks = []
-        while True:
-            b = s.recv(4096)
-            if not b:
-                break
-            chunks.append(b)
-    return b"".join(chunks).decode(errors="replace")
-
-
-def zk_mode(host: str, port: int) -> str | None:
-    """'leader', 'follower' or 'standalone' when the server serves; None otherwise."""
-    try:
-        out = four_letter(host, port, "srvr")
-    except OSError:
-        return None
-    for line in out.splitlines():
-        if line.startswith("Mode:"):
-            return line.split(":", 1)[1].strip()
-    return None
-
-
 def wait_zookeeper(servers: list[tuple[str, int]], timeout: float, describe=lambda: "") -> None:
     """Until every server answers `srvr` with a mode (an ensemble has elected a leader)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if all(zk_mode(h, p) for h, p in servers):
-            return
-        time.sleep(0.2)
-    raise ClusterError(f"ZooKeeper did not start within {timeout:.0f}s. {describe()}")
+    if not wait_until(lambda: all(zk_mode(h, p) for h, p in servers), timeout):
+        raise ClusterError(f"ZooKeeper did not start within {timeout:.0f}s. {describe()}")
 
 
 def registered_brokers(connect: str, timeout: float = 10.0) -> set[int]:
@@ -117,9 +90,9 @@ def registered_brokers(connect: str, timeout: float = 10.0) -> set[int]:
     zk = KazooClient(hosts=connect, timeout=timeout, connection_retry={"max_tries": 3})
     try:
         zk.start(timeout=timeout)
-        if not zk.exists("/brokers/ids"):
+        if not zk.exists(zkpaths.BROKER_IDS):
             return set()
-        return {int(c) for c in zk.get_children("/brokers/ids")}
+        return {int(c) for c in zk.get_children(zkpaths.BROKER_IDS)}
     finally:
         zk.stop()
         zk.close()
@@ -131,19 +104,21 @@ def wait_registered(connect: str, broker_ids: set[int], timeout: float,
     from kazoo.client import KazooClient
     if not broker_ids:
         return
-    deadline = time.monotonic() + timeout
+    deadline = Deadline(timeout)
     zk = KazooClient(hosts=connect, timeout=10.0)
     try:
-        zk.start(timeout=max(1.0, deadline - time.monotonic()))
+        zk.start(timeout=max(1.0, deadline.remaining()))
         seen: set[int] = set()
-        while time.monotonic() < deadline:
-            if zk.exists("/brokers/ids"):
-                seen = {int(c) for c in zk.get_children("/brokers/ids")}
-                if broker_ids <= seen:
-                    return
-            if not alive():
-                break
-            time.sleep(0.2)
+
+        def done() -> bool:
+            nonlocal seen
+            if zk.exists(zkpaths.BROKER_IDS):
+                seen = {int(c) for c in zk.get_children(zkpaths.BROKER_IDS)}
+            return broker_ids <= seen or not alive()
+
+        wait_until(done, deadline.remaining())
+        if broker_ids <= seen:
+            return
         missing = sorted(broker_ids - seen)
         raise ClusterError(f"brokers {missing} did not register in ZooKeeper within "
                            f"{timeout:.0f}s. {describe()}")
@@ -154,15 +129,6 @@ def wait_registered(connect: str, broker_ids: set[int], timeout: float,
     finally:
         zk.stop()
         zk.close()
-
-
-def wait_unregistered(connect: str, broker_id: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if broker_id not in registered_brokers(connect):
-            return True
-        time.sleep(0.2)
-    return False
 
 
 # ------------------------------------------------------- a standalone server
@@ -189,8 +155,6 @@ class StandaloneZooKeeper:
                  fsync: bool = False, heap_mb: int = 256,
                  jvm_opts: Sequence[str] = QUICK_JVM,
                  preexec_fn: Callable[[], None] | None = None) -> None:
-        # free_port lives with the local backend, which imports this module.
-        from harness.backends.local import free_port
         self._owns_dir = base_dir is None
         self.dir = Path(tempfile.mkdtemp(prefix="chaoslog-zk-")) if base_dir is None else base_dir
         self.port = free_port()
@@ -221,16 +185,13 @@ class StandaloneZooKeeper:
                              [*self.jvm_opts, f"-Djute.maxbuffer={JUTE_MAXBUFFER}"]),
                 stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
                 preexec_fn=self.preexec_fn)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def ready() -> bool:
             if self.proc.poll() is not None:
                 raise ClusterError(f"ZooKeeper exited: {stderr.read_text()[-2000:]}")
-            try:
-                if four_letter("127.0.0.1", self.port, "ruok", timeout=1) == "imok":
-                    return self
-            except OSError:
-                pass
-            time.sleep(0.1)
+            return four_letter("127.0.0.1", self.port, "ruok", timeout=1) == "imok"
+
+        if wait_until(ready, timeout, 0.1, retry_on=(OSError,)):
+            return self
         self.stop()
         raise ClusterError(f"ZooKeeper did not start within {timeout:.0f}s")
 

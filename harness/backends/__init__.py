@@ -29,7 +29,7 @@ def make_cluster(spec: ClusterSpec, backend: str | None = None, persistent: bool
 
 
 def registered(name: str) -> dict | None:
-    from harness.backends.local import state_dir
+    from harness.host import state_dir
     path = state_dir() / f"{name}.json"
     if not path.exists():
         return None

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.zk_probe import zk_mode
+
 BROKER = "broker"
 ZOOKEEPER = "zookeeper"
 
@@ -123,7 +125,11 @@ class Cluster(abc.ABC):
 
     @abc.abstractmethod
     def data_dir(self, name: str) -> Path:
-        """Host path of a node's data directory (a broker's log.dirs)."""
+        """Host path of a node's data directory."""
+
+    def log_dir(self, name: str) -> Path:
+        """Host path of a broker's log.dirs: `<data_dir>/logs` on every backend."""
+        return Path(self.data_dir(name)) / "logs"
 
     @abc.abstractmethod
     def start_worker(self, name: str, module_argv: list[str], log_path: Path):
@@ -147,6 +153,12 @@ class Cluster(abc.ABC):
                 return n
         raise ClusterError(f"no node {name!r} in cluster {self.spec.name!r}; "
                            f"nodes are {', '.join(self.spec.node_names())}")
+
+    def zookeeper_mode(self, name: str) -> str | None:
+        """'leader', 'follower' or 'standalone' for a ZooKeeper node that
+        serves; None when it does not answer."""
+        n = self.node(name)
+        return zk_mode(n.host, n.port)
 
     def brokers(self) -> list[NodeInfo]:
         return [n for n in self.nodes() if n.kind == BROKER]

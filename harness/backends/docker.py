@@ -30,9 +30,9 @@ from harness.backends.base import (
     broker_id_of,
 )
 from harness.backends.links import Link, LinkTable
-from harness.backends.local import state_dir
 from harness.backends.worker import DockerWorker
 from harness.docker_engine import docker_client
+from harness.host import state_dir
 
 START_TIMEOUT = 90.0
 BROKER_PORT = 9092

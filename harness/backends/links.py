@@ -8,9 +8,9 @@ Toxiproxy HTTP API.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass, field
 
+from cluster.deadline import wait_until
 from harness.backends.base import ClusterError
 
 
@@ -68,14 +68,9 @@ class LinkTable:
 
     def wait_api(self, timeout: float, describe=lambda: "") -> None:
         import requests
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if requests.get(self._url("/version"), timeout=2).ok:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(0.1)
+        if wait_until(lambda: requests.get(self._url("/version"), timeout=2).ok, timeout, 0.1,
+                      retry_on=(requests.RequestException,)):
+            return
         raise ClusterError(f"the proxy did not answer on {self.api} within {timeout:.0f}s. {describe()}")
 
     def create_all(self) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import sys
 import tempfile
 import time
@@ -28,14 +27,9 @@ from harness.backends.base import (
 from harness.backends.links import Link, LinkTable
 from harness.backends.process import LocalProcess
 from harness.backends.worker import LocalWorker
+from harness.host import free_port, state_dir
 
 START_TIMEOUT = 90.0  # generous: a loaded 2-core machine starts a JVM slowly
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -152,8 +146,10 @@ class LocalCluster(Cluster):
     def _start_proxy(self) -> None:
         d = self.base_dir / "proxy"
         d.mkdir(parents=True, exist_ok=True)
+        # The marker on the command line: LocalProcess signals a pid only when
+        # it finds the marker there (a pid the OS reused is never ours).
         argv = [sys.executable, "-m", "faults.proxy", "--host", "127.0.0.1",
-                "--port", str(self.ports.proxy_api)]
+                "--port", str(self.ports.proxy_api), "--label", self.marker]
         self._proxy = LocalProcess("proxy", argv, d / "proxy.log", self.marker, cwd=d)
         self._proxy.start()
         self.links.api = f"127.0.0.1:{self.ports.proxy_api}"
@@ -337,7 +333,3 @@ class LocalCluster(Cluster):
         c._proxy = LocalProcess.from_json(state["proxy"]) if state.get("proxy") else None
         c.links = LinkTable.from_json(state.get("links") or {})
         return c
-
-
-def state_dir() -> Path:
-    return Path(os.environ.get("CHAOSLOG_HOME", Path.home() / ".chaoslog")) / "clusters"

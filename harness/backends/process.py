@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cluster.deadline import wait_until
+
 
 def pid_alive(pid: int | None) -> bool:
     if not pid:
@@ -89,23 +91,14 @@ class LocalProcess:
         """SIGSTOP or SIGCONT, and wait until the kernel shows it: a signal is
         delivered asynchronously, and callers look at the state right after."""
         self.signal(signal.SIGSTOP if frozen else signal.SIGCONT)
-        deadline = time.monotonic() + timeout
-        while self.paused() != frozen and self.running() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: self.paused() == frozen or not self.running(), timeout, 0.01)
 
     def wait_exit(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def exited() -> bool:
             if self._popen is not None:
-                try:
-                    self._popen.wait(timeout=0.05)
-                    return True
-                except subprocess.TimeoutExpired:
-                    continue
-            if not self.is_ours():
-                return True
-            time.sleep(0.05)
-        return False
+                return self._popen.poll() is not None
+            return not self.is_ours()
+        return bool(wait_until(exited, timeout, 0.05))
 
     def stop(self, timeout: float) -> None:
         """SIGTERM, then SIGKILL if it has not exited within `timeout`."""

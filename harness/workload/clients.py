@@ -6,7 +6,8 @@ Producers: `send(topic, partition, value, done)` hands the message over and
 later calls `done(type, fields)` from the worker's own thread (inside
 `poll`), never from a library thread. Consumers: one adapter per partition,
 assigned and positioned explicitly (no group coordination), `poll()` returns
-one outcome with the records and the high watermark of that fetch.
+one outcome with the records and the high watermark of that fetch. RawFetcher
+is a consumer without a library: the harness's own Fetch requests.
 """
 from __future__ import annotations
 
@@ -279,8 +280,111 @@ def make_producer(client: str, bootstrap: str, s: ProducerSettings, client_id: s
 
 
 def make_consumer(client: str, bootstrap: str, topic: str, partition: int, client_id: str) -> Any:
+    """A consumer of `client`; "raw" is the harness's own fetcher (RawFetcher)."""
+    if client == "raw":
+        return RawFetcher(bootstrap, topic, partition, client_id)
     if client == "confluent":
         return ConfluentConsumer(bootstrap, topic, partition, client_id)
     if client == "kafka-python":
         return KafkaPythonConsumer(bootstrap, topic, partition, client_id)
     raise ValueError(f"unknown client {client!r}: {', '.join(CLIENTS)}")
+
+
+# -- the protocol itself ---------------------------------------------------------------
+
+NOT_AN_INTEGER = -1  # a record value that is not a decimal integer (never a value we sent)
+
+
+class RawFetcher:
+    """A consumer that sends Fetch requests itself (harness/kafka_wire.py) to
+    the partition's leader, so that each poll reports exactly what one fetch
+    response said: its records, high watermark and log start offset. The
+    checker holds such polls to the committed-read rule
+    (docs/history-format.md, `log_start_offset`)."""
+
+    def __init__(self, bootstrap: str, topic: str, partition: int, client_id: str):
+        self.bootstrap = [tuple(a.rsplit(":", 1)) for a in bootstrap.split(",")]
+        self.topic, self.partition = topic, partition
+        self.client_id = client_id
+        self.position: int | None = None
+        self.last_error: str | None = None
+        self._conn: Any = None
+
+    def _leader(self) -> Any:
+        """A connection to the partition's leader, as some broker's Metadata says."""
+        from harness import kafka_wire as kw
+        if self._conn is not None:
+            return self._conn
+        for host, port in self.bootstrap:
+            try:
+                c = kw.KafkaConnection(host, int(port), client_id=self.client_id, timeout=5)
+                try:
+                    md = kw.metadata(c, [self.topic])
+                finally:
+                    c.close()
+            except kw.WireError:
+                continue
+            p = md.partitions.get((self.topic, self.partition))
+            if p is None or p.leader not in md.brokers:
+                continue
+            self._conn = kw.KafkaConnection(*md.brokers[p.leader], client_id=self.client_id,
+                                            timeout=10)
+            return self._conn
+        raise kw.WireError(f"no broker names a leader of {self.topic}/{self.partition}")
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def seek(self, offset: int) -> None:
+        self.position = offset
+
+    def watermarks(self, cached: bool = False, timeout: float = 5.0) -> tuple[int, int] | None:
+        from harness import kafka_wire as kw
+        try:
+            conn = self._leader()
+            (e1, lo), (e2, hi) = (kw.list_offset(conn, self.topic, self.partition, -2),
+                                  kw.list_offset(conn, self.topic, self.partition, -1))
+        except kw.WireError as e:
+            self._drop()
+            self.last_error = str(e)
+            return None
+        if e1 or e2:
+            self._drop()
+            self.last_error = f"ListOffsets errors {e1}, {e2}"
+            return None
+        return lo, hi
+
+    def poll(self, max_records: int, timeout: float) -> tuple[str, dict[str, Any]]:
+        from kafka.errors import for_code
+
+        from harness import kafka_wire as kw
+        if self.position is None:
+            return "fail", {"error": "no-position"}
+        try:
+            r = kw.fetch(self._leader(), self.topic, self.partition, self.position,
+                         max_wait_ms=int(timeout * 1000))
+        except kw.WireError:
+            self._drop()
+            return "fail", {"error": "connection"}
+        if r.error:
+            self._drop()
+            return "fail", {"error": canonical(getattr(for_code(r.error), "message", str(r.error)))}
+        records = [[o, _int_or(v)] for o, v in r.records[:max_records]]
+        if records:
+            self.position = records[-1][0] + 1
+        fields: dict[str, Any] = {"records": records, "high_watermark": r.high_watermark}
+        if r.log_start_offset is not None:
+            fields["log_start_offset"] = r.log_start_offset
+        return "ok", fields
+
+    def close(self) -> None:
+        self._drop()
+
+
+def _int_or(raw: bytes | None) -> int:
+    try:
+        return int(raw) if raw is not None else NOT_AN_INTEGER
+    except ValueError:
+        return NOT_AN_INTEGER

@@ -14,11 +14,11 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
+from cluster.deadline import Deadline
 from harness.workload.clients import CLIENTS, ProducerSettings
 
 WORKER_MODULE = "harness.workload.worker"
@@ -30,10 +30,15 @@ class WorkloadSpec:
     client: str = "confluent"
     producers: int = 2                         # worker processes
     slots: int = 4                             # logical processes per producer
-    consumers: int = 1                         # consumer worker processes
+    consumers: int = 1                         # consumer worker processes (the client library)
     rate: float = 100.0                        # sends/s over all producers; 0 = no limit
     poll_rate: float = 0.0                     # polls/s per consumer worker; 0 = no limit
     producer: ProducerSettings = field(default_factory=ProducerSettings)
+    # Producer i runs with mix[i % len(mix)] instead of `producer`: acks=1,
+    # acks=all and idempotent producers in one run.
+    mix: tuple[ProducerSettings, ...] = ()
+    fetchers: int = 0                          # consumers that fetch through the protocol itself
+    crash_every_s: float = 0.0                 # kill a client worker this often, start a new one
 
     def __post_init__(self) -> None:
         if self.client not in CLIENTS:
@@ -44,10 +49,16 @@ class WorkloadSpec:
     def partitions(self) -> list[tuple[str, int]]:
         return [(t, p) for t, n in sorted(self.topics.items()) for p in range(n)]
 
+    def producer_settings(self, i: int) -> ProducerSettings:
+        return self.mix[i % len(self.mix)] if self.mix else self.producer
+
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
-        d["acks"] = self.producer.acks
-        d["idempotence"] = self.producer.idempotent
+        settings = [self.producer_settings(i) for i in range(self.producers)]
+        d["acks"] = settings[0].acks if len({s.acks for s in settings}) == 1 else "mixed"
+        # Run-wide idempotence (duplicates fatal everywhere) only when every
+        # producer is; `clients` says it per producer.
+        d["idempotence"] = all(s.idempotent for s in settings)
         d["partitions"] = [f"{t}/{p}" for t, p in self.partitions()]
         return d
 
@@ -76,16 +87,21 @@ def launcher_for(cluster: Any, log_dir: Path) -> Launcher:
 
 
 class _Stream:
-    """Reads one worker's lines into the recorder."""
+    """Reads one worker's lines into the recorder. `client` names the client
+    instance (`producer-3`): the `node` of its sends in the history."""
 
-    def __init__(self, wid: int, handle: WorkerHandle, recorder: Any, log: Callable[[str], None],
+    def __init__(self, wid: int, client: str, handle: WorkerHandle, recorder: Any,
+                 log: Callable[[str], None],
                  on_status: Callable[[dict[str, Any]], None] | None = None):
         self.wid = wid
+        self.client = client
         self.handle = handle
         self.recorder = recorder
         self.log = log
         self.on_status = on_status
         self.open: dict[tuple[int, int], int] = {}   # (slot, seq) -> op
+        # (kind, role, client, argv, settings): how to start it again (crash-clients)
+        self.respawn: tuple[Any, ...] = ()
         self.thread = threading.Thread(target=self._run, name=f"read-{handle.name}", daemon=True)
         self.thread.start()
 
@@ -116,6 +132,8 @@ class _Stream:
         t = ev.pop("type", None)
         if t == "invoke":
             key = (ev.pop("slot"), ev.pop("seq"))
+            if ev.get("f") == "send":
+                ev["node"] = self.client
             self.open[key] = self.recorder.invoke((self.wid, key[0]), ev.pop("f"), **ev)
         elif t in ("ok", "fail", "info"):
             key = (ev.pop("slot"), ev.pop("seq"))
@@ -150,53 +168,111 @@ class Workload:
         self.log = log
         self._next_wid = 1
         self.streams: list[_Stream] = []
+        # Every client instance started: name -> its settings (run.json's
+        # workload.clients; the checker reads per-producer idempotence there).
+        self.clients: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._crasher: threading.Thread | None = None
 
     @property
     def bootstrap(self) -> str:
         return self._bootstrap() if callable(self._bootstrap) else self._bootstrap
 
-    def _spawn(self, role: str, argv: list[str], on_status=None) -> _Stream:
-        wid = self._next_wid
-        self._next_wid += 1
-        name = f"{role}-{wid}"
-        handle = self.launch(name, [role, "--bootstrap", self.bootstrap, "--client", self.spec.client,
+    def _spawn(self, kind: str, role: str, client: str, argv: list[str],
+               settings: dict[str, Any] | None = None, on_status=None) -> _Stream:
+        """Start one worker process: `kind` names the client instance
+        (`producer-3`, `fetcher-5`), `role` is the worker's role."""
+        with self._lock:
+            wid = self._next_wid
+            self._next_wid += 1
+        name = f"{kind}-{wid}"
+        handle = self.launch(name, [role, "--bootstrap", self.bootstrap, "--client", client,
                                     "--worker-id", str(wid), *argv])
-        s = _Stream(wid, handle, self.recorder, self.log, on_status)
-        self.streams.append(s)
+        s = _Stream(wid, name, handle, self.recorder, self.log, on_status)
+        s.respawn = (kind, role, client, argv, settings)
+        with self._lock:
+            self.streams.append(s)
+            if settings is not None:
+                self.clients[name] = settings
         return s
 
     def start(self, duration: float = 0.0) -> "Workload":
-        """Start producers and consumers; they stop by themselves after
-        `duration` seconds (0 = only when stopped)."""
+        """Start producers, consumers and fetchers; they stop by themselves
+        after `duration` seconds (0 = only when stopped). With
+        `crash_every_s`, a thread kills a client worker now and then and
+        starts a new one in its place (Jepsen's crash-clients)."""
         parts = [f"{t}/{p}" for t, p in self.spec.partitions()]
-        s = self.spec.producer
         per_rate = self.spec.rate / self.spec.producers if self.spec.producers else 0
         common = ["--duration", str(duration)]
         for i in range(self.spec.producers):
+            s = self.spec.producer_settings(i)
             # Rotate the partition order so producers spread over partitions.
             mine = parts[i % len(parts):] + parts[:i % len(parts)]
-            self._spawn("producer", [*common, "--partitions", ",".join(mine), "--slots", str(self.spec.slots),
-                                     "--rate", str(per_rate), "--acks", s.acks, "--retries", str(s.retries),
-                                     "--max-in-flight", str(s.max_in_flight),
-                                     "--request-timeout-ms", str(s.request_timeout_ms),
-                                     "--delivery-timeout-ms", str(s.delivery_timeout_ms),
-                                     *(["--idempotent"] if s.idempotent else [])])
-        for i in range(self.spec.consumers):
-            mine = parts[i::self.spec.consumers]
-            if mine:
-                self._spawn("consumer", [*common, "--partitions", ",".join(mine),
-                                         "--rate", str(self.spec.poll_rate)])
+            self._spawn("producer", "producer", self.spec.client, [
+                *common, "--partitions", ",".join(mine), "--slots", str(self.spec.slots),
+                "--rate", str(per_rate), "--acks", s.acks, "--retries", str(s.retries),
+                "--max-in-flight", str(s.max_in_flight),
+                "--request-timeout-ms", str(s.request_timeout_ms),
+                "--delivery-timeout-ms", str(s.delivery_timeout_ms),
+                *(["--idempotent"] if s.idempotent else [])],
+                {"role": "producer", "client": self.spec.client, **asdict(s)})
+        for kind, client, n in (("consumer", self.spec.client, self.spec.consumers),
+                                ("fetcher", "raw", self.spec.fetchers)):
+            for i in range(n):
+                mine = parts[i::n]
+                if mine:
+                    self._spawn(kind, "consumer", client, [
+                        *common, "--partitions", ",".join(mine),
+                        "--rate", str(self.spec.poll_rate)], {"role": kind, "client": client})
+        if self.spec.crash_every_s > 0:
+            self._crasher = threading.Thread(target=self._crash_loop, name="crash-clients",
+                                             daemon=True)
+            self._crasher.start()
         return self
+
+    def _crash_loop(self) -> None:
+        import random
+        rng = random.Random(self.spec.crash_every_s)
+        period = self.spec.crash_every_s
+        while not self._stopping.wait(rng.uniform(0.5 * period, 1.5 * period)):
+            with self._lock:
+                live = [s for s in self.streams if s.respawn[0] != "final"
+                        and s.thread.is_alive()]
+            if live:
+                self.crash_client(rng.choice(live))
+
+    def crash_client(self, victim: _Stream) -> _Stream:
+        """SIGKILL one client worker (its open ops end as info: their outcome
+        is unknown) and start a new instance in its place; recorded as a
+        `crash-client` fault window."""
+        self.recorder.nemesis("crash-client", "start", [victim.client], "SIGKILL")
+        victim.handle.kill()
+        victim.handle.wait(10)
+        victim.thread.join(10)
+        kind, role, client, argv, settings = victim.respawn
+        new = self._spawn(kind, role, client, argv, settings)
+        self.recorder.nemesis("crash-client", "stop", [victim.client],
+                              f"replaced by {new.client}")
+        return new
+
+    def stop_crashing(self) -> None:
+        """No more client crashes (the faults of a run end at its final heal)."""
+        self._stopping.set()
+        if self._crasher is not None:
+            self._crasher.join(30)
 
     def stop(self, drain_s: float = 5.0) -> None:
         """Ask every worker to stop, wait for them to drain, kill stragglers;
         returns when every stream is read to its end."""
-        live = [s for s in self.streams if s.thread.is_alive()]
+        self.stop_crashing()
+        with self._lock:
+            live = [s for s in self.streams if s.thread.is_alive()]
         for s in live:
             s.handle.terminate()
-        deadline = time.monotonic() + drain_s + 10
+        deadline = Deadline(drain_s + 10)
         for s in live:
-            if s.handle.wait(max(0.1, deadline - time.monotonic())) is None:
+            if s.handle.wait(max(0.1, deadline.remaining())) is None:
                 self.log(f"{s.handle.name}: did not stop, killing it")
                 s.handle.kill()
                 s.handle.wait(5)
@@ -223,9 +299,9 @@ class Workload:
             if not mine:
                 continue
             ends = ",".join(f"{t}/{p}={(min_end or {}).get((t, p), 0)}" for t, p in mine)
-            streams.append(self._spawn("final", ["--partitions", ",".join(f"{t}/{p}" for t, p in mine),
-                                                 "--timeout", str(timeout), "--settle-s", str(settle_s),
-                                                 "--min-end", ends], on_status))
+            streams.append(self._spawn("final", "final", self.spec.client, [
+                "--partitions", ",".join(f"{t}/{p}" for t, p in mine), "--timeout", str(timeout),
+                "--settle-s", str(settle_s), "--min-end", ends], on_status=on_status))
         for s in streams:
             s.thread.join(timeout + 30)
             if s.thread.is_alive():
@@ -238,7 +314,10 @@ class Workload:
         return FinalReads(complete, statuses, missing)
 
     def kill_all(self) -> None:
-        for s in self.streams:
+        self._stopping.set()
+        with self._lock:
+            streams = list(self.streams)
+        for s in streams:
             s.handle.kill()
-        for s in self.streams:
+        for s in streams:
             s.handle.wait(5)

@@ -28,6 +28,7 @@ import threading
 import time
 from typing import Any
 
+from cluster.deadline import Deadline, wait_until
 from harness.workload.clients import ProducerSettings, make_consumer, make_producer
 
 VALUE_STRIDE = 10**9
@@ -54,7 +55,7 @@ class Out:
 class Stopper:
     def __init__(self, duration: float, stdin_stop: bool):
         self.event = threading.Event()
-        self.deadline = time.monotonic() + duration if duration > 0 else None
+        self.deadline = Deadline(duration) if duration > 0 else None
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.event.set())
         if stdin_stop:
@@ -69,7 +70,7 @@ class Stopper:
         self.event.set()
 
     def stopped(self) -> bool:
-        if self.deadline is not None and time.monotonic() >= self.deadline:
+        if self.deadline is not None and self.deadline.expired():
             self.event.set()
         return self.event.is_set()
 
@@ -149,8 +150,8 @@ def run_producer(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
             producer.send(topic, partition, value, completer(slot, seq))
         producer.poll(min(0.05, limiter.wait_s()) if len(busy) < a.slots else 0.05)
     # drain: let in-flight sends finish, then whatever is left is unknown
-    deadline = time.monotonic() + a.drain_s
-    while busy and time.monotonic() < deadline:
+    deadline = Deadline(a.drain_s)
+    while busy and not deadline.expired():
         producer.poll(0.05)
     left = dict(busy)
     for slot, s in left.items():
@@ -168,12 +169,10 @@ def run_producer(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
 def _start_offset(c: Any, from_beginning: bool) -> int:
     """Where a consumer starts: the partition's first offset for final reads,
     its end for live consumers (they watch new writes)."""
-    for _ in range(20):
-        wm = c.watermarks(cached=False)
-        if wm is not None:
-            return wm[0] if from_beginning else wm[1]
-        time.sleep(0.25)
-    return 0
+    wm = wait_until(lambda: c.watermarks(cached=False), 5.0, 0.25)
+    if wm is None:
+        return 0
+    return wm[0] if from_beginning else wm[1]
 
 
 def _reposition(c: Any, out: Out) -> None:
@@ -225,15 +224,15 @@ def run_final(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
     """Read each partition from its beginning until complete, one after the other."""
     parts = parse_partitions(a.partitions)
     min_end = parse_min_end(a.min_end)
-    deadline = time.monotonic() + a.timeout
+    deadline = Deadline(a.timeout)
     seq = 0
     for slot, (topic, partition) in enumerate(parts):
         c = make_consumer(a.client, a.bootstrap, topic, partition, f"chaoslog-final-{a.worker_id}-{slot}")
         wm = None
-        while wm is None and time.monotonic() < deadline and not stop.stopped():
+        while wm is None and not deadline.expired() and not stop.stopped():
             wm = c.watermarks(cached=False)
             if wm is None:
-                time.sleep(0.5)
+                time.sleep(min(0.5, deadline.remaining()))
         if wm is None:
             # (the reads below then start at 0 and run into the same deadline)
             out.log(f"final read of {topic}/{partition}: no watermarks before the deadline: {c.last_error}")
@@ -242,7 +241,7 @@ def run_final(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
         hw = None
         reached_hw_at = None
         complete = False
-        while time.monotonic() < deadline and not stop.stopped():
+        while not deadline.expired() and not stop.stopped():
             seq += 1
             out.emit(type="invoke", slot=slot, seq=seq, f="poll", topic=topic, partition=partition,
                      offset=c.position, final=True)
@@ -285,7 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 description="chaoslog workload worker (JSON lines on stdout)")
     p.add_argument("role", choices=("producer", "consumer", "final"))
     p.add_argument("--bootstrap", required=True)
-    p.add_argument("--client", default="confluent", choices=("confluent", "kafka-python"))
+    p.add_argument("--client", default="confluent", choices=("confluent", "kafka-python", "raw"),
+                   help="raw: the harness's own Fetch requests (consumers only)")
     p.add_argument("--partitions", required=True, help="TOPIC/P[,TOPIC/P...]")
     p.add_argument("--worker-id", type=int, required=True)
     p.add_argument("--duration", type=float, default=0.0, help="seconds; 0 = until stopped")

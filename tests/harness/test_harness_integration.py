@@ -63,7 +63,7 @@ def run_steps(cluster, workload, nemesis, history, steps, quiet=3.0):
     run = workload(topics={"t": 3}, replication_factor=3, rate=40, producers=1, slots=3)
     duration = max(s.at_s + s.duration_s for s in steps) + 1
     nem = nemesis(Schedule(1, duration, quiet, steps))
-    run.finish(quiet=quiet, final_timeout=60, settle_s=3)
+    run.finish(quiet_s=quiet, final_timeout_s=60, settle_s=3)
     assert not nem.errors, nem.errors
     # The final heal comes at the schedule's duration, not when its last step ended.
     heals = [e["time"] for e in read_history(history.run_dir / "history.jsonl")

@@ -1,4 +1,4 @@
-"""`chaoslog run / fault / heal`: schedules printed from a seed, settings
+"""`chaoslog run / fault / heal` (harness/run_cli.py, harness/fault_cli.py): schedules printed from a seed, settings
 refused before anything starts, and (slow) a real run and a fault healed
 from another process on a local cluster."""
 import argparse
@@ -10,20 +10,24 @@ from pathlib import Path
 
 import pytest
 
-import harness.run as run_cli
+import harness.fault_cli as fault_cli
+import harness.run_cli as run_cli
+from harness.run import EXIT_REFUSED, EXIT_VALID
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def cli(*argv):
     p = argparse.ArgumentParser()
-    run_cli.add_parser(p.add_subparsers())
+    sub = p.add_subparsers()
+    run_cli.add_parser(sub)
+    fault_cli.add_parser(sub)
     a = p.parse_args(list(argv))
     return a.func(a)
 
 
 def schedule_text(seed, hashseed, faults="kill,pause:2,partition-halves,hard-bounce,zk-expire,latency"):
-    code = ("import argparse, harness.run as r; p = argparse.ArgumentParser(); r.add_parser(p.add_subparsers());"
+    code = ("import argparse, harness.run_cli as r; p = argparse.ArgumentParser(); r.add_parser(p.add_subparsers());"
             f"a = p.parse_args(['run', '--backend', 'local', '--seed', '{seed}', '--faults', '{faults}',"
             "'--duration', '300', '--print-schedule']); raise SystemExit(a.func(a))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
@@ -60,15 +64,57 @@ def test_print_schedule_json(capsys):
     (["--interval", "5,1"], "MIN <= MAX"),
 ])
 def test_impossible_settings_are_refused_in_one_line(capsys, argv, message):
-    assert cli("run", "--backend", "local", *argv) == run_cli.EXIT_REFUSED
+    assert cli("run", "--backend", "local", *argv) == EXIT_REFUSED
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1, err
 
 
+def test_a_schedule_replays_as_printed(tmp_path, capsys):
+    """--schedule takes what --print-schedule --json printed, a run.json, or a
+    run directory, and gives back the same schedule."""
+    assert cli("run", "--backend", "local", "--seed", "9", "--faults", "kill,pause",
+               "--overlap", "2", "--duration", "40", "--print-schedule", "--json") == 0
+    printed = capsys.readouterr().out
+    (tmp_path / "s.json").write_text(printed)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "run.json").write_text(json.dumps({"run": "x", "schedule": json.loads(printed)}))
+    for source in (tmp_path / "s.json", run_dir / "run.json", run_dir):
+        assert cli("run", "--backend", "local", "--schedule", str(source), "--print-schedule",
+                   "--json") == 0
+        assert json.loads(capsys.readouterr().out) == json.loads(printed)
+
+
+@pytest.mark.parametrize("content,message", [
+    (None, "cannot read"),
+    ("{", "is not JSON"),
+    ('{"seed": 1}', "not a schedule"),
+    ('{"seed": 1, "duration_s": 9, "quiet_s": 1, "steps": [{"at_s": 1, "fault": "explode", '
+     '"duration_s": 2}]}', "unknown fault 'explode'"),
+    ('{"seed": 1, "duration_s": 9, "quiet_s": 1, "steps": [{"at_s": 1, "fault": "kill", '
+     '"duration_s": 2, "target": "broker-7"}]}', "no node 'broker-7'"),
+])
+def test_a_bad_schedule_file_is_refused_in_one_line(tmp_path, capsys, content, message):
+    path = tmp_path / "s.json"
+    if content is not None:
+        path.write_text(content)
+    assert cli("run", "--backend", "local", "--schedule", str(path)) == EXIT_REFUSED
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+
+
+def test_a_replayed_schedule_is_not_drawn_again(tmp_path, capsys):
+    path = tmp_path / "s.json"
+    path.write_text('{"seed": 1, "duration_s": 9, "quiet_s": 1, "steps": []}')
+    assert cli("run", "--backend", "local", "--schedule", str(path), "--faults", "kill",
+               "--seed", "3") == EXIT_REFUSED
+    assert "drop --faults, --seed" in capsys.readouterr().err
+
+
 def test_fault_refuses_unknown_names(capsys):
-    assert cli("fault", "explode") == run_cli.EXIT_REFUSED
+    assert cli("fault", "explode") == EXIT_REFUSED
     assert "unknown fault" in capsys.readouterr().err
-    assert cli("fault", "kill", "--target", "the-boss") == run_cli.EXIT_REFUSED
+    assert cli("fault", "kill", "--target", "the-boss") == EXIT_REFUSED
     assert "unknown target" in capsys.readouterr().err
 
 
@@ -89,7 +135,7 @@ def test_a_short_run_end_to_end(tmp_path, capsys):
     code = cli("run", "--backend", "local", "--duration", "12", "--faults", "kill,partition-isolate",
                "--interval", "1,2", "--fault-duration", "2,3", "--seed", "9", "--quiet", "2",
                "--rate", "30", "--producers", "1", "--out", str(out), "--no-analysis")
-    assert code == run_cli.EXIT_VALID
+    assert code == EXIT_VALID
     meta = json.loads((out / "run.json").read_text())
     assert meta["format"] == 1 and meta["seed"] == 9 and meta["outcome"] == "complete"
     assert meta["cluster"]["proxied"] is True          # partitions on local go through the proxy
@@ -117,10 +163,10 @@ def test_fault_then_heal_from_another_process(tmp_path, monkeypatch, capsys):
         assert "active" in capsys.readouterr().out
         assert c.node("broker-2").state == "stopped"
         assert cli("fault", "partition-isolate", "--target", "broker-1", "--name", "byhand") == 0
-        state = json.loads(run_cli.fault_state_path("byhand").read_text())
+        state = json.loads(fault_cli.fault_state_path("byhand").read_text())
         assert [f["fault"] for f in state] == ["kill", "partition-isolate"]
         assert not c.links.proxy_client().get_proxy("broker-1_to_zk-1").enabled
-        code = ("import argparse, harness.run as r; p = argparse.ArgumentParser(); r.add_parser(p.add_subparsers());"
+        code = ("import argparse, harness.fault_cli as r; p = argparse.ArgumentParser(); r.add_parser(p.add_subparsers());"
                 "a = p.parse_args(['heal', '--name', 'byhand']); raise SystemExit(a.func(a))")
         out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                              env={**os.environ, "CHAOSLOG_HOME": str(tmp_path / "home")}, timeout=120)
@@ -129,6 +175,6 @@ def test_fault_then_heal_from_another_process(tmp_path, monkeypatch, capsys):
         c = attach("byhand")   # the heal restarted broker-2: another pid, in the registry
         assert all(n.state == "running" for n in c.nodes())
         assert c.links.proxy_client().get_proxy("broker-1_to_zk-1").enabled
-        assert not run_cli.fault_state_path("byhand").exists()
+        assert not fault_cli.fault_state_path("byhand").exists()
     finally:
         attach("byhand").destroy()

@@ -14,7 +14,7 @@ import pytest
 from harness.backends import make_cluster
 from harness.backends.base import PAUSED, RUNNING, STOPPED, ClusterError, ClusterSpec
 from harness.docker_engine import engine_available
-from harness.zookeeper import zk_mode
+from harness.zk_probe import zk_mode
 
 needs_docker = pytest.mark.skipif(not engine_available(), reason="no Docker engine answers here")
 BACKENDS = ["local", pytest.param("docker", marks=[needs_docker, pytest.mark.docker])]

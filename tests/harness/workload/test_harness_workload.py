@@ -107,7 +107,7 @@ def lines(*events):
 def test_stream_maps_slots_and_retires_after_info(tmp_path):
     rec = HistoryRecorder(tmp_path / "h.jsonl")
     logs = []
-    s = _Stream(7, FakeHandle(lines(
+    s = _Stream(7, "producer-7", FakeHandle(lines(
         {"type": "invoke", "slot": 0, "seq": 1, "f": "send", "topic": "t", "partition": 0, "value": 7000000000},
         {"type": "invoke", "slot": 1, "seq": 2, "f": "send", "topic": "t", "partition": 1, "value": 7000000001},
         {"type": "info", "slot": 0, "seq": 1, "error": "timeout"},
@@ -125,13 +125,14 @@ def test_stream_maps_slots_and_retires_after_info(tmp_path):
     assert procs[4] not in procs[:4]                  # slot 0 retired after info
     assert ev[4]["op"] == ev[5]["op"] and ev[5]["type"] == "info" and ev[5]["error"] == "worker-exited"
     assert ev[3]["value"] == 7000000001 and ev[3]["offset"] == 0
+    assert all(e["node"] == "producer-7" for e in ev if e["f"] == "send")  # the producer instance
     assert any("hello" in m for m in logs) and any("unknown op" in m for m in logs)
 
 
 def test_status_lines_reach_the_callback(tmp_path):
     rec = HistoryRecorder(tmp_path / "h.jsonl")
     got = []
-    s = _Stream(1, FakeHandle(lines({"type": "status", "topic": "t", "partition": 0, "complete": True})),
+    s = _Stream(1, "final-1", FakeHandle(lines({"type": "status", "topic": "t", "partition": 0, "complete": True})),
                 rec, lambda m: None, got.append)
     s.thread.join(5)
     rec.close()

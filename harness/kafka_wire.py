@@ -1,0 +1,233 @@
+"""Kafka requests the harness makes itself, on a plain socket.
+
+The clients of a workload (confluent-kafka, kafka-python) hide what one fetch
+response said; some oracles need exactly that (the high watermark and log
+start offset that came with these records), and some observations need a
+broker's own Metadata answer rather than a client's merged view. This module
+speaks the protocol directly, with kafka-python's request and response
+classes (generated from Kafka's schemas), so it works against any
+Kafka-protocol broker and shares no code with the broker under test.
+"""
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from dataclasses import dataclass
+from typing import Any
+
+_SIZE = struct.Struct(">i")
+_HEADER = struct.Struct(">hhih")
+
+API_VERSIONS_KEY = 18
+
+
+class WireError(ConnectionError):
+    """The connection failed or the broker answered something undecodable."""
+
+
+class KafkaConnection:
+    """One connection to one broker, one request at a time."""
+
+    def __init__(self, host: str, port: int, *, client_id: str = "chaoslog",
+                 timeout: float = 10.0):
+        self.address = (host, port)
+        self.client_id = client_id.encode()
+        try:
+            self.sock = socket.create_connection(self.address, timeout=timeout)
+        except OSError as e:
+            raise WireError(f"cannot connect to {host}:{port}: {e}") from None
+        self.sock.settimeout(timeout)
+        self._corr = 0
+        self.versions: dict[int, tuple[int, int]] = {}
+
+    def call(self, req_cls: Any, resp_cls: Any, version: int, **fields: Any) -> Any:
+        """Send `req_cls(version, **fields)`, return the decoded response."""
+        self._corr = (self._corr + 1) & 0x7FFFFFFF
+        body = bytes(req_cls(version=version, **fields).encode(version=version))
+        header = _HEADER.pack(req_cls.API_KEY, version, self._corr,
+                              len(self.client_id)) + self.client_id
+        try:
+            self.sock.sendall(_SIZE.pack(len(header) + len(body)) + header + body)
+            (n,) = _SIZE.unpack(self._read(4))
+            frame = self._read(n)
+        except OSError as e:
+            raise WireError(f"{req_cls.__name__} to {self.address[0]}:{self.address[1]}: {e}") from None
+        (corr,) = _SIZE.unpack_from(frame)
+        if corr != self._corr:
+            raise WireError(f"correlation id {corr}, expected {self._corr}")
+        try:
+            return resp_cls.decode(frame[4:], version=version)
+        except Exception as e:  # noqa: BLE001 - any decoding failure is the broker's
+            raise WireError(f"undecodable {resp_cls.__name__} v{version}: {e}") from None
+
+    def _read(self, n: int) -> bytes:
+        chunks, left = [], n
+        while left:
+            b = self.sock.recv(left)
+            if not b:
+                raise OSError("connection closed by the broker")
+            chunks.append(b)
+            left -= len(b)
+        return b"".join(chunks)
+
+    def negotiate(self) -> dict[int, tuple[int, int]]:
+        """The broker's ApiVersions: api key -> (min, max) version."""
+        from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+        resp = self.call(ApiVersionsRequest, ApiVersionsResponse, 0)
+        self.versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
+        return self.versions
+
+    def version(self, api_key: int, highest: int) -> int:
+        """The highest version of an API that both we and the broker speak."""
+        if not self.versions:
+            self.negotiate()
+        lo, hi = self.versions.get(api_key, (0, -1))
+        if hi < lo or lo > highest:
+            raise WireError(f"the broker does not serve api {api_key} at a version we speak")
+        return min(hi, highest)
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+# -- Metadata ---------------------------------------------------------------------------------
+
+@dataclass
+class PartitionMetadata:
+    topic: str
+    partition: int
+    leader: int
+    isr: list[int]
+    replicas: list[int]
+    error: int
+
+
+@dataclass
+class ClusterMetadata:
+    brokers: dict[int, tuple[str, int]]
+    partitions: dict[tuple[str, int], PartitionMetadata]
+    controller: int | None = None
+
+
+def metadata(conn: KafkaConnection, topics: list[str] | None = None) -> ClusterMetadata:
+    """What this broker serves: live brokers and each partition's leader and ISR."""
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+    v = conn.version(MetadataRequest.API_KEY, 4)
+    fields: dict[str, Any] = {"topics": None if topics is None else [(t,) for t in topics]}
+    if v >= 4:
+        fields["allow_auto_topic_creation"] = False
+    resp = conn.call(MetadataRequest, MetadataResponse, v, **fields)
+    brokers = {b.node_id: (b.host, b.port) for b in resp.brokers}
+    parts = {}
+    for t in resp.topics:
+        for p in t.partitions:
+            parts[(t.name, p.partition_index)] = PartitionMetadata(
+                t.name, p.partition_index, p.leader_id, sorted(p.isr_nodes),
+                list(p.replica_nodes), p.error_code)
+    return ClusterMetadata(brokers, parts, getattr(resp, "controller_id", None))
+
+
+# -- Produce ----------------------------------------------------------------------------------
+
+def record_batch(values: list[bytes | None], producer: tuple[int, int, int] | None = None) -> bytes:
+    """One RecordBatch v2 (uncompressed) holding `values`; `producer` is
+    (producer id, producer epoch, base sequence) for an idempotent batch."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+    pid, epoch, seq = producer or (-1, -1, -1)
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                  producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                                  batch_size=1 << 30)
+    now_ms = int(time.time() * 1000)
+    for i, v in enumerate(values):
+        b.append(i, timestamp=now_ms, key=None, value=v, headers=[])
+    return bytes(b.build())
+
+
+def produce(conn: KafkaConnection, topic: str, partition: int, values: list[bytes | None], *,
+            acks: int = -1, timeout_ms: int = 10000,
+            producer: tuple[int, int, int] | None = None) -> tuple[int, int]:
+    """(error, base offset) of one Produce (v3) of `values` as one batch;
+    `acks` 1 or -1 (acks=0 gets no answer); `producer` as for record_batch.
+    The connection's socket timeout must outlast `timeout_ms` for acks=all."""
+    return produce_batch(conn, topic, partition, record_batch(values, producer), acks=acks,
+                         timeout_ms=timeout_ms)
+
+
+def produce_batch(conn: KafkaConnection, topic: str, partition: int, batch: bytes, *,
+                  acks: int = -1, timeout_ms: int = 10000) -> tuple[int, int]:
+    """(error, base offset) of one Produce (v3) carrying `batch` as it is
+    (a damaged one, say)."""
+    from kafka.protocol.producer import ProduceRequest, ProduceResponse
+    resp = conn.call(ProduceRequest, ProduceResponse, 3, transactional_id=None, acks=acks,
+                     timeout_ms=timeout_ms, topic_data=[(topic, [(partition, batch)])])
+    pr = resp.responses[0].partition_responses[0]
+    return pr.error_code, pr.base_offset
+
+
+def init_producer_id(conn: KafkaConnection) -> tuple[int, int, int]:
+    """(error, producer id, producer epoch) of InitProducerId v0 without a
+    transactional id: an idempotent producer's identity."""
+    from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
+    resp = conn.call(InitProducerIdRequest, InitProducerIdResponse, 0, transactional_id=None,
+                     transaction_timeout_ms=60000)
+    return resp.error_code, resp.producer_id, resp.producer_epoch
+
+
+# -- Fetch ------------------------------------------------------------------------------------
+
+@dataclass
+class FetchResult:
+    error: int
+    high_watermark: int
+    log_start_offset: int | None
+    records: list[tuple[int, bytes | None]]       # (offset, value), offsets >= the fetch offset
+
+
+def fetch(conn: KafkaConnection, topic: str, partition: int, offset: int, *,
+          max_wait_ms: int = 100, max_bytes: int = 1 << 20) -> FetchResult:
+    """One consumer fetch (replica id -1) of one partition from `offset`."""
+    from kafka.protocol.consumer import FetchRequest, FetchResponse
+    from kafka.record import MemoryRecords
+
+    v = conn.version(FetchRequest.API_KEY, 5)
+    part: dict[str, Any] = {"partition": partition, "fetch_offset": offset,
+                            "partition_max_bytes": max_bytes}
+    if v >= 5:
+        part["log_start_offset"] = -1
+    fields: dict[str, Any] = {
+        "replica_id": -1, "max_wait_ms": max_wait_ms, "min_bytes": 1,
+        "topics": [FetchRequest.FetchTopic(topic=topic, partitions=[
+            FetchRequest.FetchTopic.FetchPartition(**part)])]}
+    if v >= 3:
+        fields["max_bytes"] = max_bytes
+    if v >= 4:
+        fields["isolation_level"] = 0
+    resp = conn.call(FetchRequest, FetchResponse, v, **fields)
+    pd = resp.responses[0].partitions[0]
+    records: list[tuple[int, bytes | None]] = []
+    if pd.records:
+        batches = MemoryRecords(bytes(pd.records))
+        while batches.has_next():
+            batch = batches.next_batch()
+            if batch is None:  # a partial batch at the end of the response
+                break
+            for r in batch:
+                if r.offset >= offset:
+                    records.append((r.offset, r.value))
+    lso = getattr(pd, "log_start_offset", None) if v >= 5 else None
+    return FetchResult(pd.error_code, pd.high_watermark, lso, records)
+
+
+def list_offset(conn: KafkaConnection, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
+    """(error, offset) of ListOffsets: timestamp -2 = the log start, -1 = the end."""
+    from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
+    resp = conn.call(ListOffsetsRequest, ListOffsetsResponse, 1, replica_id=-1, topics=[
+        ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[
+            ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                partition_index=partition, timestamp=timestamp)])])
+    p = resp.topics[0].partitions[0]
+    return p.error_code, p.offset

@@ -1,0 +1,242 @@
+"""Watching the cluster itself while a run goes on: observations.jsonl.
+
+The history says what clients saw; several guarantees of the design can only
+be checked against what the cluster said about itself (docs/design.md
+#guarantees): the leader is in the ISR, epochs only grow, no acks=all write is
+acknowledged while the ISR is below min.insync.replicas, the cluster recovers
+after the faults heal, the brokers serve what ZooKeeper says, the replicas
+agree. The observer records that evidence, on the history's clock, for the
+checker (docs/history-format.md, "observations.jsonl"):
+
+  MetadataSampler     a `metadata` sample of ZooKeeper about every second
+  await_recovery      after the final heal: until every broker is registered
+                      and every partition has a live leader and its full ISR
+                      (or the bound passes): one `recovery` observation
+  observe_brokers     at the end: each broker's own Metadata answer
+  observe_replicas    at the end: every replica's files (harness/replicas.py)
+
+It judges nothing: the checker does.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from cluster import zkpaths
+from cluster.deadline import wait_until
+from harness import kafka_wire
+from harness.replicas import read_broker
+
+OBSERVATIONS = "observations.jsonl"
+
+
+class Observations:
+    """observations.jsonl: whole lines, appended under a lock, each with the
+    `time` of the history's clock (`clock()`: ns since the run started)."""
+
+    def __init__(self, path: Path, clock: Callable[[], int]):
+        self.path = Path(path)
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+
+    def write(self, kind: str, time: int | None = None, **fields: Any) -> dict[str, Any]:
+        obs = {"kind": kind, "time": self.clock() if time is None else time, **fields}
+        line = (json.dumps(obs, separators=(",", ":")) + "\n").encode()
+        with self._lock:
+            if self._fd is not None:
+                os.write(self._fd, line)
+        return obs
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.fsync(self._fd)
+                os.close(self._fd)
+                self._fd = None
+
+
+# -- ZooKeeper ------------------------------------------------------------------------------
+
+def zookeeper_state(zk: Any) -> dict[str, Any]:
+    """One reading of the design's ZooKeeper layout (docs/design.md#zk-layout):
+    controller and its epoch, live brokers, pending reassignments, and every
+    partition's assignment and leaderAndISR. Raises on any read error: a
+    sample is whole or not at all."""
+    from kazoo.exceptions import NoNodeError
+    try:
+        controller = (zkpaths.loads(zk.get(zkpaths.CONTROLLER)[0]) or {}).get("brokerid")
+    except NoNodeError:
+        controller = None
+    try:
+        controller_epoch = int(zk.get(zkpaths.CONTROLLER_EPOCH)[0])
+    except NoNodeError:
+        controller_epoch = None
+    live = sorted(int(b) for b in zk.get_children(zkpaths.BROKER_IDS))
+    try:
+        reassigning = {f"{t}/{p}": list(r) for (t, p), r in zkpaths.decode_reassignment(
+            zk.get(zkpaths.REASSIGN_PARTITIONS)[0]).items()}
+    except NoNodeError:
+        reassigning = {}
+    partitions = []
+    for topic in sorted(zk.get_children(zkpaths.TOPICS)):
+        try:
+            assignment = zkpaths.TopicAssignment.decode(zk.get(zkpaths.topic_path(topic))[0])
+        except NoNodeError:
+            continue  # deleted between the two reads
+        for p, replicas in sorted(assignment.partitions.items()):
+            try:
+                data, stat = zk.get(zkpaths.leader_and_isr_path(topic, p))
+            except NoNodeError:
+                continue  # not elected yet
+            lai = zkpaths.LeaderAndIsr.decode(data, stat.version)
+            partitions.append({"topic": topic, "partition": p, "replicas": list(replicas),
+                               "leader": lai.leader, "leader_epoch": lai.leader_epoch,
+                               "isr": sorted(lai.isr), "zk_version": lai.zk_version,
+                               "controller_epoch": lai.controller_epoch})
+    return {"controller": controller, "controller_epoch": controller_epoch,
+            "live_brokers": live, "reassigning": reassigning, "partitions": partitions}
+
+
+class MetadataSampler:
+    """A `metadata` observation every `period_s` while running. Samples that
+    fail (ZooKeeper paused, cut off, a session moving) are skipped: a gap in
+    the samples is a gap in the evidence, never a made-up state."""
+
+    def __init__(self, zk: Any, observations: Observations, period_s: float = 1.0):
+        self.zk = zk
+        self.observations = observations
+        self.period_s = period_s
+        self.samples = 0
+        self.failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="metadata-sampler", daemon=True)
+
+    def start(self) -> "MetadataSampler":
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self.period_s)
+
+    def sample(self) -> dict[str, Any] | None:
+        t = self.observations.clock()
+        try:
+            state = zookeeper_state(self.zk)
+        except Exception:  # noqa: BLE001 - no whole sample this time
+            self.failures += 1
+            return None
+        self.samples += 1
+        return self.observations.write("metadata", time=t, **state)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(10)
+
+
+# -- the end of a run ---------------------------------------------------------------------------
+
+def _not_recovered(state: dict[str, Any], brokers: list[int]) -> list[str]:
+    """What keeps the cluster from full health in one ZooKeeper state."""
+    live = set(state["live_brokers"])
+    wrong = [f"broker {b} not registered" for b in brokers if b not in live]
+    if state["controller"] is None:
+        wrong.append("no controller")
+    for tp in state["reassigning"]:
+        wrong.append(f"{tp}: reassignment pending")
+    for p in state["partitions"]:
+        tp = f"{p['topic']}/{p['partition']}"
+        if p["leader"] not in live:
+            wrong.append(f"{tp}: leader {p['leader']} is not a live broker")
+        elif set(p["isr"]) != set(p["replicas"]):
+            wrong.append(f"{tp}: ISR {p['isr']} of replicas {p['replicas']}")
+    return wrong
+
+
+def await_recovery(zk: Any, observations: Observations, brokers: list[int], *,
+                   healed_at: int, bound_s: float) -> dict[str, Any]:
+    """After the final heal: wait until every broker is registered, there is
+    a controller, no reassignment is pending and every partition has a live
+    leader and its full ISR; at most `bound_s`. Writes and returns the
+    `recovery` observation."""
+    last: list[str] = ["no ZooKeeper state could be read"]
+
+    def healthy() -> bool:
+        nonlocal last
+        last = _not_recovered(zookeeper_state(zk), brokers)
+        return not last
+
+    ok = wait_until(healthy, bound_s, 0.5, retry_on=(Exception,))
+    return observations.write("recovery", healed_at=healed_at, bound_s=bound_s,
+                              recovered=bool(ok), recovered_at=observations.clock() if ok else None,
+                              detail="; ".join(last[:20]))
+
+
+def _brokers_agree(cluster: Any, zk: Any, topics: set[str]) -> tuple[bool, list[dict[str, Any]]]:
+    """Each broker's Metadata answer, and whether all match ZooKeeper."""
+    zk_parts = {(p["topic"], p["partition"]): p for p in zookeeper_state(zk)["partitions"]
+                if p["topic"] in topics}
+    answers, agree = [], True
+    for node in cluster.brokers():
+        try:
+            conn = kafka_wire.KafkaConnection(node.host, node.port, client_id="chaoslog-observer",
+                                              timeout=5)
+            try:
+                md = kafka_wire.metadata(conn, sorted(topics))
+            finally:
+                conn.close()
+        except kafka_wire.WireError as e:
+            answers.append({"broker": node.name, "topics": sorted(topics), "error": str(e)})
+            agree = False
+            continue
+        parts = [{"topic": p.topic, "partition": p.partition, "leader": p.leader, "isr": p.isr,
+                  "replicas": p.replicas, "error": p.error} for p in md.partitions.values()]
+        answers.append({"broker": node.name, "topics": sorted(topics), "brokers": sorted(md.brokers),
+                        "partitions": parts})
+        for p in parts:
+            z = zk_parts.get((p["topic"], p["partition"]))
+            if z is None or (p["leader"], sorted(p["isr"]), p["replicas"]) != (
+                    z["leader"], z["isr"], z["replicas"]):
+                agree = False
+        if set(zk_parts) - {(p["topic"], p["partition"]) for p in parts}:
+            agree = False
+    return agree, answers
+
+
+def observe_brokers(cluster: Any, zk: Any, observations: Observations, topics: set[str], *,
+                    bound_s: float = 15.0) -> bool:
+    """Ask every broker for Metadata until all answer what ZooKeeper says (a
+    broker learns of changes a little after ZooKeeper does) or `bound_s`
+    passes; writes the last round as `broker-metadata` observations. True
+    when they agreed."""
+    last: list[dict[str, Any]] = []
+
+    def agreed() -> bool:
+        nonlocal last
+        ok, last = _brokers_agree(cluster, zk, topics)
+        return ok
+
+    ok = bool(wait_until(agreed, bound_s, 1.0, retry_on=(Exception,)))
+    t = observations.clock()
+    for answer in last:
+        observations.write("broker-metadata", time=t, **answer)
+    return ok
+
+
+def observe_replicas(cluster: Any, observations: Observations, topics: set[str]) -> int:
+    """Every replica of `topics` on every broker, read from its files; the
+    number of `replica` observations written."""
+    n = 0
+    t = observations.clock()
+    for node in cluster.brokers():
+        for replica in read_broker(cluster.log_dir(node.name), topics):
+            observations.write("replica", time=t, broker=node.name, **replica)
+            n += 1
+    return n
+

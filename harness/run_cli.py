@@ -1,0 +1,351 @@
+"""`chaoslog run`: one chaos run from the command line.
+
+The options become a RunSpec (harness/run.py) after every check that can be
+made before anything starts: unknown faults, impossible replication factors,
+faults the backend cannot do are refused in one line. Then harness.run.execute
+does the run: cluster up, topics, the workload and the nemesis, the final
+heal, a quiet period, final reads, logs and a ZooKeeper dump into the run
+directory, the checker, the verdict.
+
+Exit codes: 0 valid, 1 anomalies found, 2 settings refused, 3 verdict unknown
+(final reads incomplete or no checker), 4 the harness failed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from cluster.config import BrokerConfig, ConfigError
+from faults import injectors
+from faults.injectors.base import FaultError
+from faults.nemesis import Schedule, make_schedule, parse_weights
+from faults.targets import Target, TargetError
+from harness.backends.base import ClusterSpec
+from harness.progress import Progress
+from harness.run import (EXIT_HARNESS, EXIT_REFUSED, EXIT_VALID, RunSpec, execute,
+                         log_line)
+from harness.workload import WorkloadSpec
+from harness.workload.clients import CLIENTS, ProducerSettings
+
+
+class Refused(ValueError):
+    """Settings that cannot work; the message is the one-line reason."""
+
+
+# -- parsing helpers ----------------------------------------------------------------------
+
+def kv_list(items: list[str] | None, what: str) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        if "=" not in item:
+            raise Refused(f"{what} {item!r}: expected KEY=VALUE")
+        k, v = item.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def param_value(v: str) -> Any:
+    """A --param value: int, float, true/false, or the text."""
+    for conv in (int, float):
+        try:
+            return conv(v)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(v.lower(), v)
+
+
+def _range(text: str, what: str) -> tuple[float, float]:
+    try:
+        parts = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise Refused(f"{what} {text!r}: expected SECONDS or MIN,MAX") from None
+    if len(parts) == 1:
+        parts *= 2
+    if len(parts) != 2 or parts[0] > parts[1] or parts[0] < 0:
+        raise Refused(f"{what} {text!r}: expected SECONDS or MIN,MAX with MIN <= MAX")
+    return parts[0], parts[1]
+
+
+def topics_of(text: str, partitions: int) -> dict[str, int]:
+    """--topics: a count ("3": t0, t1, t2) or names ("orders,audit")."""
+    text = text.strip()
+    if text.isdigit():
+        n = int(text)
+        if n < 1:
+            raise Refused("--topics: at least one topic")
+        names = [f"t{i}" for i in range(n)] if n > 1 else ["t"]
+    else:
+        names = [t.strip() for t in text.split(",") if t.strip()]
+    for t in names:
+        if not all(c.isalnum() or c in "._-" for c in t) or len(t) > 200:
+            raise Refused(f"--topics: {t!r} is not a valid topic name")
+    if len(set(names)) != len(names):
+        raise Refused("--topics: a topic is named twice")
+    return {t: partitions for t in names}
+
+
+MIX = {"all": {"acks": "all"}, "1": {"acks": "1"}, "0": {"acks": "0"},
+       "idempotent": {"acks": "all", "idempotent": True, "max_in_flight": 5}}
+
+
+def mix_of(text: str, base: ProducerSettings) -> tuple[ProducerSettings, ...]:
+    """--mix: producer kinds in turn, each `base` with its acks/idempotence."""
+    out = []
+    for kind in filter(None, (k.strip() for k in text.split(","))):
+        if kind not in MIX:
+            raise Refused(f"--mix: {kind!r} is not one of {', '.join(MIX)}")
+        out.append(ProducerSettings(**{**asdict(base), "retries": 0, "idempotent": False,
+                                       **MIX[kind]}))
+    return tuple(out)
+
+
+def default_backend() -> str:
+    try:
+        from harness.backends import default_backend as probe
+        return probe()
+    except Exception:  # noqa: BLE001 - no docker module or engine: local
+        return "local"
+
+
+# -- the parser --------------------------------------------------------------------------
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("run", help="run one chaos test: cluster, workload, faults, final reads, verdict",
+                       description=__doc__.split("\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = p.add_argument_group("cluster")
+    g.add_argument("--backend", choices=("docker", "local"), help="default: docker when an engine answers")
+    g.add_argument("--brokers", type=int, default=3)
+    g.add_argument("--zookeepers", type=int, default=1, choices=(1, 3))
+    g.add_argument("--topics", default="1", help="a count or comma-separated names (default 1: topic t)")
+    g.add_argument("--partitions", type=int, default=3)
+    g.add_argument("--replication-factor", type=int, default=3)
+    g.add_argument("--broker-config", nargs="*", metavar="KEY=VALUE", default=[])
+    g = p.add_argument_group("workload")
+    g.add_argument("--duration", type=float, default=60.0, help="seconds of workload and faults")
+    g.add_argument("--rate", type=float, default=100.0, help="sends/s over all producers (0 = no limit)")
+    g.add_argument("--client", choices=CLIENTS, default="confluent")
+    g.add_argument("--acks", default="all", choices=("0", "1", "all", "-1"))
+    g.add_argument("--idempotent", action="store_true")
+    g.add_argument("--retries", type=int, default=0)
+    g.add_argument("--max-in-flight", type=int, default=1)
+    g.add_argument("--request-timeout-ms", type=int, default=5000)
+    g.add_argument("--delivery-timeout-ms", type=int, default=15000)
+    g.add_argument("--producers", type=int, default=2, help="producer processes")
+    g.add_argument("--slots", type=int, default=4, help="logical client processes per producer")
+    g.add_argument("--consumers", type=int, default=1, help="consumer processes")
+    g.add_argument("--fetchers", type=int, default=0,
+                   help="consumers that fetch through the protocol itself (exact fetch responses)")
+    g.add_argument("--mix", default="",
+                   help="producers' settings in turn: all, 1, 0 (acks) or idempotent "
+                        "(acks=all, idempotence, 5 in flight), e.g. idempotent,1,all")
+    g.add_argument("--crash-clients", type=float, default=0.0, metavar="SECONDS",
+                   help="kill a client process about this often and start a new one (0: never)")
+    g = p.add_argument_group("faults")
+    g.add_argument("--faults", default="", help="NAME[:WEIGHT][,NAME...] from the catalogue (--list-faults)")
+    g.add_argument("--target", nargs="*", metavar="FAULT=ROLE", default=[], help="pin a fault's target role")
+    g.add_argument("--param", nargs="*", metavar="FAULT.KEY=VALUE", default=[], help="fix a fault parameter")
+    g.add_argument("--seed", type=int, default=None, help="default: random (printed)")
+    g.add_argument("--interval", default="5,10", help="seconds between faults: S or MIN,MAX")
+    g.add_argument("--overlap", type=int, default=1,
+                   help="lanes of faults running side by side (1: one fault at a time)")
+    g.add_argument("--fault-duration", default="5,15", help="seconds a fault lasts: S or MIN,MAX")
+    g.add_argument("--quiet", type=float, default=10.0, help="seconds between the final heal and final reads")
+    g.add_argument("--final-timeout", type=float, default=60.0)
+    g.add_argument("--mechanism", choices=("auto", "iptables", "proxy"), default="auto",
+                   help="how partitions are made")
+    g.add_argument("--schedule", metavar="FILE",
+                   help="replay this schedule as it is (from --print-schedule --json, a run's "
+                        "run.json, or its run directory) instead of drawing one")
+    g.add_argument("--print-schedule", action="store_true", help="print the schedule and exit")
+    g.add_argument("--json", action="store_true", help="with --print-schedule: as JSON")
+    g.add_argument("--list-faults", action="store_true", help="print the fault catalogue and exit")
+    p.add_argument("--out", help="run directory (default runs/RUN_ID)")
+    p.add_argument("--no-analysis", action="store_true")
+    p.set_defaults(func=cmd_run)
+
+
+# -- options -> RunSpec ---------------------------------------------------------------------
+
+# Options that draw a schedule: a replayed one (--schedule) comes as it is.
+DRAWING = {"faults": "", "target": [], "param": [], "seed": None, "interval": "5,10",
+           "overlap": 1, "fault_duration": "5,15"}
+
+
+def load_schedule(path: str) -> Schedule:
+    """The schedule to replay: a file of `--print-schedule --json`, a run's
+    run.json (its `schedule`), or a run directory (its run.json)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "run.json"
+    try:
+        d = json.loads(p.read_text())
+    except OSError as e:
+        raise Refused(f"--schedule {path}: cannot read {p}: {e.strerror}") from None
+    except ValueError as e:
+        raise Refused(f"--schedule {path}: {p} is not JSON ({e})") from None
+    if isinstance(d, dict) and "steps" not in d and isinstance(d.get("schedule"), dict):
+        d = d["schedule"]   # a run.json
+    try:
+        schedule = Schedule.from_json(d)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise Refused(f"--schedule {path}: not a schedule (missing or bad field {e})") from None
+    for step in schedule.steps:
+        try:
+            injectors.kind(step.fault)
+        except FaultError as e:
+            raise Refused(f"--schedule {path}: {e}") from None
+    if schedule.duration_s <= 0 or schedule.quiet_s < 0:
+        raise Refused(f"--schedule {path}: duration_s must be positive and quiet_s not negative")
+    return schedule
+
+
+def spec_from_args(a: argparse.Namespace) -> RunSpec:
+    """Everything `run` needs, checked; raises Refused with the reason."""
+    replay = load_schedule(a.schedule) if a.schedule else None
+    if replay is not None:
+        given = [f"--{k.replace('_', '-')}" for k, default in DRAWING.items()
+                 if getattr(a, k) != default]
+        if given:
+            raise Refused(f"--schedule replays a schedule as it is: drop {', '.join(given)}")
+        a.duration, a.quiet = replay.duration_s, replay.quiet_s
+    if a.brokers < 1:
+        raise Refused(f"--brokers {a.brokers}: at least 1")
+    if a.partitions < 1:
+        raise Refused(f"--partitions {a.partitions}: at least 1")
+    if not 1 <= a.replication_factor <= a.brokers:
+        raise Refused(f"--replication-factor {a.replication_factor} with {a.brokers} broker(s): "
+                      f"it must be between 1 and the broker count")
+    if a.duration <= 0:
+        raise Refused("--duration must be positive")
+    if a.producers < 1 or a.slots < 1 or a.consumers < 0 or a.fetchers < 0:
+        raise Refused("--producers and --slots must be at least 1, --consumers and --fetchers "
+                      "at least 0")
+    if a.overlap < 1:
+        raise Refused(f"--overlap {a.overlap}: at least 1 lane")
+    if a.crash_clients < 0:
+        raise Refused("--crash-clients: seconds, 0 for never")
+    broker_config = kv_list(a.broker_config, "--broker-config")
+    try:
+        BrokerConfig.from_dict(dict(broker_config))
+    except ConfigError as e:
+        raise Refused(f"--broker-config: {e}") from None
+    min_isr = int(broker_config.get("min.insync.replicas", 1))
+    if min_isr > a.replication_factor:
+        raise Refused(f"min.insync.replicas={min_isr} is above --replication-factor "
+                      f"{a.replication_factor}: no acks=all write could ever succeed")
+    try:
+        weights = (parse_weights([s.fault for s in replay.steps]) if replay is not None
+                   else parse_weights([f for f in a.faults.split(",") if f.strip()]))
+    except FaultError as e:
+        raise Refused(str(e)) from None
+    backend = a.backend or default_backend()
+    # Links through the proxy when a fault needs them: link toxics on any
+    # backend; partitions on the local backend (docker cuts them with iptables).
+    needs_link = any("proxy" in injectors.kind(f).needs for f in weights)
+    needs_net = any("net" in injectors.kind(f).needs for f in weights)
+    proxied = needs_link or a.mechanism == "proxy" or (
+        needs_net and backend == "local" and a.mechanism != "iptables")
+    for f in weights:
+        why = injectors.unsupported(f, backend=backend, proxied=proxied, zookeepers=a.zookeepers)
+        if why:
+            raise Refused(f"{why} (backend {backend})")
+    if a.mechanism == "iptables" and backend != "docker" and any(
+            injectors.kind(f).family == "partition" for f in weights):
+        raise Refused("--mechanism iptables needs the docker backend")
+    targets = kv_list(a.target, "--target")
+    cluster = ClusterSpec(brokers=a.brokers, zookeepers=a.zookeepers,
+                          broker_config=dict(broker_config), proxied=proxied)
+    for step in replay.steps if replay is not None else ():
+        if step.target:
+            try:
+                Target.parse(step.target).check_against(cluster.node_names())
+            except TargetError as e:
+                raise Refused(f"--schedule: the {step.fault} at {step.at_s:g}s targets "
+                              f"{step.target}: {e}") from None
+    for f, role in targets.items():
+        if f not in weights:
+            raise Refused(f"--target {f}={role}: {f} is not among --faults")
+        try:
+            Target.parse(role).check_against(cluster.node_names())
+        except TargetError as e:
+            raise Refused(f"--target {f}={role}: {e}") from None
+    params: dict[str, dict[str, Any]] = {}
+    for key, v in kv_list(a.param, "--param").items():
+        f, _, k = key.partition(".")
+        if f not in weights or not k:
+            raise Refused(f"--param {key}={v}: expected FAULT.KEY=VALUE for a fault among --faults")
+        params.setdefault(f, {})[k] = param_value(v)
+    try:
+        producer = ProducerSettings(acks=a.acks, retries=a.retries, idempotent=a.idempotent,
+                                    max_in_flight=a.max_in_flight,
+                                    request_timeout_ms=a.request_timeout_ms,
+                                    delivery_timeout_ms=a.delivery_timeout_ms)
+    except ValueError as e:
+        raise Refused(str(e)) from None
+    seed = a.seed if a.seed is not None else random.SystemRandom().randrange(2**31)
+    try:
+        schedule = replay or make_schedule(seed, weights, duration_s=a.duration,
+                                 interval_s=_range(a.interval, "--interval"),
+                                 fault_duration_s=_range(a.fault_duration, "--fault-duration"),
+                                 quiet_s=a.quiet, brokers=a.brokers, zookeepers=a.zookeepers,
+                                 replication_factor=a.replication_factor, targets=targets,
+                                 params=params, overlap=a.overlap)
+    except FaultError as e:
+        raise Refused(str(e)) from None
+    workload = WorkloadSpec(topics_of(a.topics, a.partitions), client=a.client,
+                            producers=a.producers, slots=a.slots, consumers=a.consumers,
+                            rate=a.rate, producer=producer, mix=mix_of(a.mix, producer),
+                            fetchers=a.fetchers, crash_every_s=a.crash_clients)
+    return RunSpec(cluster=cluster, backend=backend, replication_factor=a.replication_factor,
+                   workload=workload, schedule=schedule, quiet_s=a.quiet,
+                   final_timeout_s=a.final_timeout, mechanism=a.mechanism,
+                   checker=None if a.no_analysis else "spark",
+                   out=Path(a.out) if a.out else None)
+
+
+def print_catalogue() -> None:
+    for k in injectors.CATALOGUE.values():
+        roles = ",".join(r or "-" for r in k.roles)
+        print(f"{k.name:<18} {k.family:<10} roles {roles:<32} {k.about}")
+
+
+def print_schedule(schedule: Schedule, as_json: bool) -> None:
+    print(schedule.dumps() if as_json else schedule.to_text())
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    if a.list_faults:
+        print_catalogue()
+        return EXIT_VALID
+    try:
+        spec = spec_from_args(a)
+    except Refused as e:
+        print(f"chaoslog run: error: {e}", file=sys.stderr)
+        return EXIT_REFUSED
+    if a.print_schedule:
+        print_schedule(spec.schedule, a.json)
+        return EXIT_VALID
+    return run_and_report(spec)
+
+
+def run_and_report(spec: RunSpec) -> int:
+    """execute() with a progress line, then the verdict printed."""
+    from reports.cli import print_verdict
+
+    progress: list[Progress] = []
+    try:
+        result = execute(spec, log=log_line,
+                         on_start=lambda run: progress.append(Progress(run).start()))
+    finally:
+        for p in progress:
+            p.stop()
+    if result.verdict is not None:
+        print_verdict(result.verdict)
+    elif spec.checker is None and result.exit_code in (0, 3):
+        log_line(f"history in {result.run_dir}/history.jsonl (analysis skipped)")
+    return result.exit_code if result.exit_code is not None else EXIT_HARNESS
