@@ -1,5 +1,5 @@
-"""chaoslog's checker: reads run histories (shared/design/history-format.md) and
-judges them by shared/design/anomalies.md.
+"""chaoslog's checker: reads run histories (docs/history-format.md) and
+judges them by docs/anomalies.md.
 
 Entry points: `analyze` (check runs, write summary.json / report.html /
 junit.xml), `reports.cli` (the `analyze` command), `reports.validate` (rules

@@ -90,6 +90,17 @@ def analyze(run_dirs, out=None, master=None, spark=None, checker: str = "spark",
     return verdicts
 
 
+def findings(run_dirs, checker: str = "spark", master=None, spark=None,
+             max_instances: int | None = DEFAULT_MAX_INSTANCES) -> list:
+    """The Findings of each run directory (or the HistoryError that kept it
+    from being read), writing nothing: what `analyze` summarizes."""
+    inputs = open_runs([Path(d) for d in run_dirs])
+    results, _ = _check([r for r in inputs if isinstance(r, RunInput)], checker, master, spark,
+                        max_instances, report=False)
+    done = iter(results)
+    return [r if isinstance(r, HistoryError) else next(done) for r in inputs]
+
+
 def _check(runs, checker, master, spark, max_instances, report):
     """Findings and report contexts for each run, in order."""
     if not runs:

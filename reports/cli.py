@@ -6,7 +6,7 @@ runs, the worst wins in that order: error, invalid, unknown, valid.
 
 `add_parser(subparsers)` registers the command on another program's argparse
 (the harness's `chaoslog`); `python -m reports` and `spark-submit
-reports/spark_checker.py` run the same command stand-alone.
+reports/__main__.py analyze` run the same command stand-alone.
 """
 
 from __future__ import annotations

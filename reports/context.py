@@ -3,8 +3,8 @@
 A report shows, for each of the first few instances of each anomaly type, the
 events that explain it. `requests_for` lists what to fetch (ops by id, reads
 of a value, reads and acknowledgements at an offset); each checker fetches
-those keys its own way (`spark_context`: broadcast joins against the cached
-data; `reference_context`: a second pass over the history); `rows_for` then
+those keys its own way (SparkChecker.context: broadcast joins against the
+cached data; `reference_context`: a second pass over the history); `rows_for` then
 assembles one small table per instance.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from reports.summary import ANOMALY_TYPES
+from reports.summary import ANOMALY_TYPES, OBSERVATION_TYPES
 
 PER_TYPE = 50  # instances shown per anomaly type
 PER_KEY = 20  # rows fetched per key (reads of a value, reads at an offset...)
@@ -30,7 +30,9 @@ def requests_for(summary: dict, per_type: int = PER_TYPE) -> dict:
     req = {"ops": set(), "reads_of": set(), "reads_at": set(), "acks_at": set()}
     for kind, a in _shown(summary, per_type):
         tp = (a["topic"], a["partition"])
-        if kind in ("lost", "unseen"):
+        if kind in OBSERVATION_TYPES:
+            continue  # what the harness observed of the cluster: the instance says it all
+        if kind in ("lost", "unseen", "lost-unreplicated", "ack-below-min-isr"):
             req["ops"].add(a["op"])
             for o in (a["offset"] - 1, a["offset"], a["offset"] + 1):
                 req["reads_at"].add((*tp, o))
@@ -42,10 +44,10 @@ def requests_for(summary: dict, per_type: int = PER_TYPE) -> dict:
         elif kind == "phantom-read":
             req["reads_of"].add((*tp, a["value"]))
             req["acks_at"].add((*tp, a["offset"]))
-        elif kind == "inconsistent-offset":
+        elif kind in ("inconsistent-offset", "truncated-read", "read-uncommitted"):
             req["reads_at"].add((*tp, a["offset"]))
             req["acks_at"].add((*tp, a["offset"]))
-        else:  # nonmonotonic-poll, poll-skip
+        else:  # nonmonotonic-poll, poll-skip, nonmonotonic-send
             req["ops"].add(a["op"])
             if a.get("previous_op") is not None:
                 req["ops"].add(a["previous_op"])
@@ -101,7 +103,9 @@ def rows_for(kind: str, a: dict, ctx: dict) -> list[dict]:
     """The table of events explaining one anomaly instance, in index order, without repeats."""
     tp = (a["topic"], a["partition"])
     rows: list[dict] = []
-    if kind in ("lost", "unseen"):
+    if kind in OBSERVATION_TYPES:
+        return []
+    if kind in ("lost", "unseen", "lost-unreplicated", "ack-below-min-isr"):
         rows += _op_rows(ctx["ops"].get(a["op"], []))
         rows += _ack_rows([r for r in ctx["acks_at"].get((*tp, a["offset"]), []) if r["op"] != a["op"]])
         for o in (a["offset"] - 1, a["offset"], a["offset"] + 1):
@@ -113,7 +117,7 @@ def rows_for(kind: str, a: dict, ctx: dict) -> list[dict]:
     elif kind == "phantom-read":
         rows += _read_rows(ctx["reads_of"].get((*tp, a["value"]), []))
         rows += _ack_rows(ctx["acks_at"].get((*tp, a["offset"]), []))
-    elif kind == "inconsistent-offset":
+    elif kind in ("inconsistent-offset", "truncated-read", "read-uncommitted"):
         rows += _ack_rows(ctx["acks_at"].get((*tp, a["offset"]), []))
         rows += _read_rows(ctx["reads_at"].get((*tp, a["offset"]), []))
     else:
@@ -167,65 +171,3 @@ def reference_context(run, req: dict, per_key: int = PER_KEY) -> dict:
                 if k2 in req["reads_at"] and len(ctx["reads_at"][k2]) < per_key:
                     ctx["reads_at"][k2].append(row)
     return ctx
-
-
-def spark_context(checker, requests: dict[int, dict], per_key: int = PER_KEY) -> dict[int, dict]:
-    """The same keys fetched from the Spark checker's cached data, for a batch of runs."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    from reports.spark_checker import F_NAMES, OUTCOMES
-
-    spark = checker.spark
-    out = {k: empty_context() for k in requests}
-    c = F.col
-    types = {**OUTCOMES, 0: "invoke"}
-
-    def limited(df, key):
-        w = Window.partitionBy("tp", key).orderBy("index")
-        return df.withColumn("_n", F.row_number().over(w)).filter(c("_n") <= per_key)
-
-    ops = [(k, op) for k, r in requests.items() for op in r["ops"]]
-    if ops:
-        keys = spark.createDataFrame(ops, "run int, op long")
-        rows = checker._collect(
-            checker.ev.filter(c("fn").isin(*F_NAMES)).join(F.broadcast(keys), ["run", "op"]).select(
-                "run", "tp", "index", "time", "process", "op", "t", "fn", "value", "offset",
-                "records", "high_watermark", "final", "error"),
-            "context: ops",
-        )
-        for r in rows:
-            ev = r.asDict(recursive=True)
-            _run, ev["topic"], ev["partition"] = checker.tps[ev.pop("tp")]
-            ev["type"], ev["f"] = types[ev.pop("t")], F_NAMES[ev.pop("fn")]
-            out[ev.pop("run")]["ops"][ev["op"]].append(ev)
-        for ctx in out.values():
-            for evs in ctx["ops"].values():
-                evs.sort(key=lambda e: e["index"])
-
-    def fetch(name, df, key):
-        ks = [(checker.tp_of(k, t, p), x) for k, r in requests.items() for (t, p, x) in r[name]]
-        ks = [(tp, x) for tp, x in ks if tp is not None]
-        if not ks:
-            return
-        keys = spark.createDataFrame(ks, f"tp long, {key} long")
-        rows = checker._collect(
-            limited(df.join(F.broadcast(keys), ["tp", key]), key).select(
-                "run", "tp", "process", "op", "index", "time", "offset", "value"),
-            f"context: {name}",
-        )
-        for r in rows:
-            d = r.asDict()
-            run, topic, partition = checker.tps[d.pop("tp")]
-            del d["run"]
-            out[run][name][(topic, partition, d[key])].append(d)
-
-    fetch("reads_of", checker.reads, "value")
-    fetch("reads_at", checker.reads, "offset")
-    acks = checker.acks()
-    fetch("acks_at", acks, "offset")
-    for ctx in out.values():
-        for name in ("reads_of", "reads_at", "acks_at"):
-            for rows in ctx[name].values():
-                rows.sort(key=lambda r: r["index"])
-    return out

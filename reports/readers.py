@@ -50,6 +50,39 @@ class RunInput:
     def idempotent(self) -> bool:
         return producer_idempotent(self.run_json)
 
+    def clients(self) -> dict[str, dict]:
+        """run.json's workload.clients: client instance -> its settings."""
+        clients = (self.run_json.get("workload") or {}).get("clients") or {}
+        return clients if isinstance(clients, dict) else {}
+
+    def weak_nodes(self) -> set[str]:
+        """Producer instances whose acknowledgements do not promise durability
+        (acks 0 or 1): their sends are outside `lost` and `inconsistent-offset`."""
+        return {n for n, c in self.clients().items()
+                if isinstance(c, dict) and str(c.get("acks", "all")) in ("0", "1")}
+
+    def idempotent_nodes(self) -> set[str]:
+        return {n for n, c in self.clients().items()
+                if isinstance(c, dict) and c.get("role") == "producer" and _truthy(c.get("idempotent"))}
+
+    def min_isr(self) -> int:
+        config = (self.run_json.get("cluster") or {}).get("broker_config") or {}
+        try:
+            return int(config.get("min.insync.replicas", 1))
+        except (TypeError, ValueError):
+            return 1
+
+    def check_bound(self, name: str, default: float) -> float:
+        """A bound of run.json's `checks` (seconds), or the default."""
+        try:
+            return float((self.run_json.get("checks") or {}).get(name, default))
+        except (TypeError, ValueError):
+            return default
+
+
+def _truthy(v) -> bool:
+    return v.strip().lower() in ("true", "1", "yes", "on") if isinstance(v, str) else bool(v)
+
 
 def producer_idempotent(run_json: dict) -> bool:
     """Whether the workload's producer was idempotent (duplicates are then fatal).
@@ -63,10 +96,7 @@ def producer_idempotent(run_json: dict) -> bool:
         return False
     for key in ("idempotence", "idempotent", "enable_idempotence", "enable.idempotence"):
         if key in workload:
-            v = workload[key]
-            if isinstance(v, str):
-                return v.strip().lower() in ("true", "1", "yes", "on")
-            return bool(v)
+            return _truthy(workload[key])
     return False
 
 

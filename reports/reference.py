@@ -18,6 +18,8 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from reports.observations import (annotate_windows, below_min_isr, checked, judge,
+                                  read_observations, recovered_at, writers_of_duplicates)
 from reports.readers import RunInput, iter_events, open_run
 from reports.summary import (
     ANOMALY_TYPES,
@@ -52,8 +54,10 @@ class _Op:
     comp_time: int | None = None
     final: bool = False
     high_watermark: int | None = None
+    log_start_offset: int | None = None
     records: list = field(default_factory=list)
     error: str | None = None
+    node: str | None = None  # send: the producer instance
 
 
 @dataclass
@@ -107,6 +111,14 @@ class ReferenceChecker:
         self.completions: list[tuple] = []  # (time, f, outcome, error) for fault windows
         self.errors = {f: {"fail": {}, "info": {}} for f in CLIENT_FUNCTIONS}
         self.nemesis: list[dict] = []
+        self.idempotent_duplicates = 0
+        # per-send settings (run.json workload.clients)
+        self.weak = run.weak_nodes()
+        self.idempotent_nodes = run.idempotent_nodes()
+        self.exact_polls = 0
+        self.uncommitted: list[dict] = []
+        # per (topic, partition, node) of an idempotent producer: its ok sends
+        self.idem_sends: dict[tuple, list[_Op]] = defaultdict(list)
 
     # -- the pass over the events ------------------------------------------
 
@@ -119,7 +131,8 @@ class ReferenceChecker:
         tp = (ev["topic"], ev["partition"])
         if ev["type"] == "invoke":
             op = _Op(ev["f"], ev["op"], ev["process"], *tp, value=ev["value"],
-                     inv_index=ev["index"], inv_time=ev["time"], final=bool(ev["final"]))
+                     inv_index=ev["index"], inv_time=ev["time"], final=bool(ev["final"]),
+                     node=ev["node"] if ev["f"] == "send" else None)
             if ev["f"] == "poll":
                 op.position = ev["offset"]
                 self._poll_invoked(tp, op)
@@ -139,6 +152,7 @@ class ReferenceChecker:
                 op.ack = ev["offset"]
             else:
                 op.high_watermark = ev["high_watermark"]
+                op.log_start_offset = ev["log_start_offset"]
                 op.records = ev["records"]
         self._completed(op, ev)
 
@@ -177,9 +191,12 @@ class ReferenceChecker:
 
     def _send_done(self, tp, op: _Op) -> None:
         self.sends[tp][op.value] = op
-        if op.outcome == "ok":
+        if op.outcome == "ok" and op.node not in self.weak:
+            # (an acks=1 acknowledgement binds no offset: the leader alone had it)
             self._seen_at(tp, op.ack, op.value, (op.comp_index, op.comp_time, op.op, op.process))
             self.acked_at[tp][op.ack].add(op.value)
+        if op.outcome == "ok" and op.node in self.idempotent_nodes:
+            self.idem_sends[(*tp, op.node)].append(op)
 
     def _seen_at(self, tp, offset, value, witness) -> None:
         values = self.at_offset[tp].setdefault(offset, {})
@@ -191,7 +208,15 @@ class ReferenceChecker:
             return
         seq = self.seqs[(tp, ev["process"])]
         witness = (op.comp_index, op.comp_time, op.op, ev["process"])
+        exact = op.log_start_offset is not None
+        self.exact_polls += exact
         for offset, value in op.records:
+            if exact and not (op.log_start_offset <= offset < op.high_watermark):
+                self.uncommitted.append({
+                    "topic": tp[0], "partition": tp[1], "value": value, "offset": offset,
+                    "high_watermark": op.high_watermark, "log_start_offset": op.log_start_offset,
+                    "process": ev["process"], "op": op.op, "index": op.comp_index,
+                    "time": op.comp_time})
             self._check_sequence(tp, ev["process"], seq, offset, op)
             offsets = self.reads[tp].setdefault(value, {})
             if offset not in offsets:
@@ -252,7 +277,10 @@ class ReferenceChecker:
             for value, op in sends.items():
                 if op.outcome == "ok" and value not in read:
                     top = max_read.get(tp)
-                    kind = "lost" if top is not None and top >= op.ack else "unseen"
+                    if op.node in self.weak:
+                        kind = "lost-unreplicated"
+                    else:
+                        kind = "lost" if top is not None and top >= op.ack else "unseen"
                     found[kind].append({
                         "topic": tp[0], "partition": tp[1], "value": value, "offset": op.ack,
                         "process": op.process, "op": op.op, "index": op.comp_index, "time": op.comp_time,
@@ -264,10 +292,12 @@ class ReferenceChecker:
                 if len(offsets) >= 2:
                     # witness: the first read at the second offset to be seen
                     idx, time, op, process = sorted((w, o) for o, w in offsets.items())[1][0]
+                    idem = send is not None and send.node in self.idempotent_nodes
+                    self.idempotent_duplicates += idem
                     found["duplicate"].append({
                         "topic": tp[0], "partition": tp[1], "value": value, "offsets": sorted(offsets),
                         "index": idx, "time": time, "op": op, "process": process,
-                        "send_op": None if send is None else send.op,
+                        "send_op": None if send is None else send.op, "idempotent": idem,
                     })
                 kind = "phantom-read" if send is None else "aborted-read" if send.outcome == "fail" else None
                 if kind is None:
@@ -289,8 +319,29 @@ class ReferenceChecker:
                     })
         found["nonmonotonic-poll"] = self.nonmonotonic
         found["poll-skip"] = self._verified_skips()
+        found["read-uncommitted"] = self.uncommitted
+        found["nonmonotonic-send"] = self._nonmonotonic_sends()
+        complete = {(p["topic"], p["partition"]): p["final_high_watermark"]
+                    for p in partitions if p["final_complete"]}
+        found["truncated-read"] = [
+            {"topic": tp[0], "partition": tp[1], "value": value, "offset": offset,
+             "final_high_watermark": complete[tp], "index": w[0], "time": w[1], "op": w[2],
+             "process": w[3]}
+            for tp, values in self.reads.items() if complete.get(tp) is not None
+            for value, offsets in values.items() for offset, w in offsets.items()
+            if offset >= complete[tp]]
+        obs = read_observations(self.run.run_dir, self.run.run_json.get("checks"))
+        found.update(judge(obs, complete))
+        self.idempotent_duplicates -= writers_of_duplicates(obs, found["duplicate"])
+        found["ack-below-min-isr"] = self._acks_below_min_isr(obs)
+        found["unrecovered"] += self._unrecovered_partitions(obs)
 
         findings = Findings(self.run.run_id, self.run.run_json, self.run.idempotent, "reference")
+        findings.idempotent_duplicates = self.idempotent_duplicates
+        findings.oracles = checked(
+            obs, exact_polls=self.exact_polls,
+            idempotent_producers=len({k[2] for k in self.idem_sends}),
+            final_complete=bool(partitions) and all(p["final_complete"] for p in partitions))
         findings.events, findings.end_time = self.events, self.end_time
         findings.warnings = list(self.run.warnings)
         for kind in ANOMALY_TYPES:
@@ -310,7 +361,67 @@ class ReferenceChecker:
         findings.timeline = self._timeline()
         findings.errors = self.errors
         findings.windows = self._windows()
+        annotate_windows(obs, findings.windows)
         return findings
+
+    def _nonmonotonic_sends(self) -> list[dict]:
+        """An idempotent producer's acknowledged sends to a partition, in the
+        order it sent them, land at increasing offsets."""
+        out = []
+        for (topic, partition, node), ops in self.idem_sends.items():
+            ops.sort(key=lambda o: o.inv_index)
+            for a, b in zip(ops, ops[1:]):
+                if b.ack < a.ack:
+                    out.append({"topic": topic, "partition": partition, "node": node,
+                                "value": b.value, "offset": b.ack, "previous_value": a.value,
+                                "previous_offset": a.ack, "process": b.process, "op": b.op,
+                                "index": b.comp_index, "time": b.comp_time})
+        return out
+
+    def _acks_below_min_isr(self, obs) -> list[dict]:
+        """acks=all sends acknowledged while the ISR was below min.insync.replicas."""
+        min_isr = self.run.min_isr()
+        margin = int(self.run.check_bound("ack_margin_s", 5.0) * NS_PER_SECOND)
+        spans = defaultdict(list)
+        for sp in below_min_isr(obs, min_isr):
+            spans[(sp["topic"], sp["partition"])].append(sp)
+        out = []
+        for tp, sends in self.sends.items():
+            for op in sends.values():
+                if op.outcome != "ok" or op.node in self.weak or op.inv_time is None:
+                    continue
+                for sp in spans.get(tp, ()):
+                    if sp["start"] + margin <= op.inv_time and op.comp_time <= sp["end"]:
+                        out.append({"topic": tp[0], "partition": tp[1], "value": op.value,
+                                    "offset": op.ack, "isr": sp["isr"], "min_isr": min_isr,
+                                    "invoked": op.inv_time, "process": op.process, "op": op.op,
+                                    "index": op.comp_index, "time": op.comp_time})
+                        break
+        return out
+
+    def _unrecovered_partitions(self, obs) -> list[dict]:
+        """Partitions whose sends, invoked after the cluster recovered and the
+        clients' grace, all failed."""
+        at = recovered_at(obs)
+        if at is None:
+            return []
+        after = at + int(self.run.check_bound("recovery_grace_s", 5.0) * NS_PER_SECOND)
+        per_tp: dict[tuple, list[_Op]] = defaultdict(list)
+        for tp, sends in self.sends.items():
+            for op in sends.values():
+                if op.inv_time is not None and op.inv_time >= after and op.outcome != "pending":
+                    per_tp[tp].append(op)
+        out = []
+        for tp, ops in sorted(per_tp.items()):
+            if any(op.outcome == "ok" for op in ops):
+                continue
+            errors: dict[str, int] = {}
+            for op in ops:
+                key = op.error if op.error is not None else "unknown"
+                errors[key] = errors.get(key, 0) + 1
+            out.append({"topic": tp[0], "partition": tp[1], "kind": "partition", "time": after,
+                        "failed": len(ops), "errors": errors})
+        return out
 
     def _verified_skips(self) -> list[dict]:
         """A gap a < b is a poll-skip when some read or ack shows a value strictly between."""

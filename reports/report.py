@@ -25,6 +25,17 @@ DESCRIPTIONS = {
     "phantom-read": "a read returned a value nobody sent",
     "nonmonotonic-poll": "a consumer's offsets went backwards or repeated without a re-seek",
     "poll-skip": "a consumer skipped over an offset known to hold a value, without a re-seek",
+    "lost-unreplicated": "an acks=1 write acknowledged and then gone (acks=1 promises nothing more)",
+    "read-uncommitted": "a fetch returned a record at or past the high watermark it reported",
+    "truncated-read": "a record a consumer read is gone from the final log",
+    "nonmonotonic-send": "an idempotent producer's writes landed out of the order it sent them",
+    "ack-below-min-isr": "an acks=all write acknowledged while the ISR was below min.insync.replicas",
+    "replica-divergence": "a replica's committed records differ from the leader's",
+    "isr-invariant": "ZooKeeper showed a leader outside its ISR, or an ISR outside the replicas",
+    "epoch-regression": "a controller or leader epoch went back, or a leader changed without a new epoch",
+    "leaderless": "a partition stayed without a live leader while an in-sync replica was alive",
+    "stale-metadata": "after recovery a broker served other leaders or ISRs than ZooKeeper",
+    "unrecovered": "after the faults healed the cluster or a partition did not recover in time",
 }
 
 CSS = """
@@ -47,6 +58,8 @@ tr.bad td { background: #fdecea; } tr.warn td { background: #fff6e0; }
 .inst { margin: 10px 0 14px; padding: 6px 10px; background: #fff; border-left: 4px solid #b3261e; }
 .inst.nf { border-left-color: #8a8a8a; }
 .inst table { font-size: 12.5px; }
+.faults table { font-size: 12.5px; width: 100%; }
+.faults td:nth-child(7), .faults td:nth-child(9), .faults td:nth-child(10) { min-width: 200px; }
 code, pre { font: 12.5px/1.4 ui-monospace, Menlo, Consolas, monospace; }
 pre { background: #fff; border: 1px solid #ddd; padding: 8px; overflow-x: auto; }
 .muted { color: #666; }
@@ -174,10 +187,18 @@ def _charts(s: dict) -> str:
 
 
 def _fault_windows(s: dict) -> str:
+    """The fault-coverage table: each fault, whether it took effect (what the
+    injector noted, what the cluster showed), what overlapped it."""
     if not s["fault_windows"]:
         return "<p class=muted>No nemesis faults in this run.</p>"
     rows = []
+    end = max((w["stop"] or w["start"] for w in s["fault_windows"]), default=0)
+    span = {w["id"]: (w["start"], w["stop"] if w["stop"] is not None else end)
+            for w in s["fault_windows"]}
     for w in s["fault_windows"]:
+        a, b = span[w["id"]]
+        overlapped = [f"#{o['id']} {o['fault']}" for o in s["fault_windows"] if o is not w
+                      and o["fault"] != "final-heal" and span[o["id"]][0] < b and a < span[o["id"]][1]]
         anomalies = ", ".join(f"{n} {k}" for k, n in w["anomalies"].items() if n) or "none"
         errs = []
         for f, by_outcome in w.get("errors", {}).items():
@@ -186,11 +207,24 @@ def _fault_windows(s: dict) -> str:
                     errs.append(f"{n} {f} {outcome} {err}")
         ops = w.get("ops", {})
         okd = " / ".join(f"{f}: {o.get('ok', 0)} ok" for f, o in ops.items())
-        cls = "bad" if anomalies != "none" else None
+        took = w.get("took_effect")
+        seen = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in (w.get("observed") or {}).items() if n)
+        effect = "; ".join(x for x in (w.get("stop_detail") or "", seen) if x)
+        fatal_inside = any(n and k in s["fatal_types"] for k, n in w["anomalies"].items())
+        cls = "bad" if fatal_inside else ("warn" if took is False or anomalies != "none" else None)
         rows.append(((w["id"], w["fault"], ", ".join(w["targets"]), _secs(w["start"]),
                       _secs(w["stop"]) + ("" if w["stopped"] else " (never stopped)"),
-                      okd, "; ".join(errs) or "none", anomalies), cls))
-    return _table(["#", "fault", "targets", "start s", "stop s", "ops completed", "errors", "anomalies"], rows)
+                      {True: "yes", False: "NO", None: "cannot tell"}[took], effect or "-",
+                      ", ".join(overlapped) or "-", okd, "; ".join(errs) or "none", anomalies), cls))
+    return '<div class="faults">' + _table(
+        ["#", "fault", "targets", "start s", "stop s", "took effect", "effect", "overlapped by",
+         "ops completed", "errors", "anomalies"], rows) + "</div>"
+
+
+def _oracles(s: dict) -> str:
+    rows = [((k, status), None if status == "checked" else "warn")
+            for k, status in s.get("oracles", {}).items()]
+    return _table(["oracle", "status"], rows)
 
 
 def _final_reads(s: dict) -> str:
@@ -210,10 +244,48 @@ def _final_reads(s: dict) -> str:
 
 def _instance_title(kind: str, a: dict) -> str:
     tp = f"{a['topic']}/{a['partition']}"
-    if kind in ("lost", "unseen"):
+    if kind == "read-uncommitted":
+        return (f"{tp}: offset {a['offset']} (value {a['value']}) returned by a fetch that reported "
+                f"high watermark {a['high_watermark']}, log start {a['log_start_offset']}")
+    if kind == "truncated-read":
+        return (f"{tp}: value {a['value']} read at offset {a['offset']}, but the final log ends at "
+                f"{a['final_high_watermark']}")
+    if kind == "nonmonotonic-send":
+        return (f"{tp}: {a['node']} sent {a['previous_value']} then {a['value']}, acknowledged at "
+                f"offsets {a['previous_offset']} then {a['offset']}")
+    if kind == "ack-below-min-isr":
+        return (f"{tp}: value {a['value']} acknowledged at offset {a['offset']} while the ISR was "
+                f"{a['isr']} (min.insync.replicas {a['min_isr']})")
+    if kind == "replica-divergence":
+        return (f"{tp}: {a['broker']} against {a['reference']}, {a['kind']} at offset {a['offset']} "
+                f"({a['count']} offsets): expected {a['expected']}, found {a['found']}")
+    if kind == "isr-invariant":
+        return f"{tp}: {a['rule']}: leader {a['leader']}, ISR {a['isr']}, replicas {a['replicas']}"
+    if kind == "epoch-regression":
+        where = tp if a["topic"] is not None else "controller"
+        return f"{where}: {a['what']}: {a['previous']} then {a['current']}"
+    if kind == "leaderless":
+        return (f"{tp}: no live leader (leader {a['leader']}) for {a['seconds']} s while "
+                f"in-sync replicas {a['live_isr']} were alive")
+    if kind == "stale-metadata":
+        if a["topic"] is None:
+            return f"{a['broker']}: no Metadata answer: {a.get('detail')}"
+        return f"{tp}: {a['broker']} served {a['served']}, ZooKeeper {a['zookeeper']}"
+    if kind == "unrecovered":
+        if a["kind"] == "cluster":
+            return f"the cluster did not recover within {a['seconds']} s: {a['detail']}"
+        return f"{tp}: every send after the recovery failed ({a['failed']}): {a['errors']}"
+    if kind in ("lost", "unseen", "lost-unreplicated"):
         return f"{tp}: value {a['value']} acknowledged at offset {a['offset']} (op {a['op']}, process {a['process']})"
     if kind == "duplicate":
-        return f"{tp}: value {a['value']} read at offsets {', '.join(map(str, a['offsets']))}"
+        text = f"{tp}: value {a['value']} read at offsets {', '.join(map(str, a['offsets']))}"
+        writers = [w for w in a.get("writers") or [] if w[1] is not None]
+        if writers:
+            text += "; written by " + ", ".join(
+                f"producer {pid} epoch {epoch} sequence {seq} (offset {o})" for o, pid, epoch, seq in writers)
+        if a.get("resent"):
+            text += ": the client sent it again as a new write"
+        return text
     if kind == "inconsistent-offset":
         acked = f"; acknowledged: {', '.join(map(str, a['acknowledged']))}" if a["acknowledged"] else ""
         return f"{tp}: offset {a['offset']} holds values {', '.join(map(str, a['values']))}{acked}"
@@ -286,8 +358,13 @@ def render(summary: dict, run_json: dict, ctx: dict | None = None) -> str:
 {_anomaly_table(s)}
 <h2>Timeline</h2>
 {_charts(s)}
-<h2>Fault windows</h2>
+<h2>Fault coverage</h2>
+<p class=muted>Every fault of the run: did it take effect (the injector's notes, and what the
+cluster's metadata samples showed within it and the 10 s after), and what happened meanwhile.</p>
 {_fault_windows(s)}
+<h2>Oracles</h2>
+<p class=muted>A guarantee is checked only when the run recorded what its oracle reads.</p>
+{_oracles(s)}
 <h2>Final reads</h2>
 {_final_reads(s)}
 <h2>Anomalies in detail</h2>

@@ -42,6 +42,8 @@ FIELDS: tuple[tuple[str, str], ...] = (
     ("phase", "string"),
     ("targets", "strings"),
     ("detail", "string"),
+    # chaoslog's compatible extension (docs/history-format.md, "Extensions")
+    ("log_start_offset", "long"),
 )
 FIELD_NAMES = tuple(name for name, _ in FIELDS)
 

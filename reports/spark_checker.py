@@ -46,7 +46,7 @@ one row per value (each read by several jobs); the jobs that list anomalies
 only run when the counts say there are some. After the validation,
 independent sections run as concurrent Spark jobs.
 
-`spark-submit reports/spark_checker.py RUN_DIR...` runs the `analyze` command.
+`spark-submit reports/__main__.py analyze RUN_DIR...` runs the checker on a cluster.
 """
 
 from __future__ import annotations
@@ -64,12 +64,18 @@ if __name__ == "__main__" and not __package__:
 
 import json
 import re
+import sys
+import tempfile
 import time
+import warnings
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from functools import reduce
 
+from reports.context import PER_KEY, empty_context
 from reports.errors import HistoryError
+from reports.observations import (annotate_windows, below_min_isr, checked, judge,
+                                  read_observations, recovered_at, writers_of_duplicates)
 from reports.readers import RunInput, first_problem
 from reports.schema import (
     CORRUPT_COLUMN,
@@ -175,7 +181,38 @@ def get_spark(master: str | None = None, conf: dict | None = None, progress: boo
         settings["spark.ui.showConsoleProgress"] = "true"
     for k, v in settings.items():
         builder = builder.config(k, v)
-    return builder.getOrCreate()
+    return _start_quietly(builder)
+
+
+# PySpark warns of this on every job run from a thread of ours (the checker's
+# concurrent sections): nothing a user can act on.
+warnings.filterwarnings("ignore", message="Spark session is not provided", category=UserWarning)
+
+
+def _start_quietly(builder):
+    """getOrCreate, with the JVM's own output (launcher warnings, log4j's
+    start-up lines, Spark's WARN lines for the rest of its life) in a log
+    file instead of the user's terminal: the JVM keeps the stderr it was
+    started with. Only when this call starts the JVM; the file is named on
+    failure."""
+    from pyspark import SparkContext
+
+    if SparkContext._gateway is not None:
+        return builder.getOrCreate()
+    log_path = os.path.join(tempfile.gettempdir(), f"chaoslog-spark-{os.getpid()}.log")
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(log_path, "ab") as log_file:
+            os.dup2(log_file.fileno(), 2)
+            try:
+                return builder.getOrCreate()
+            finally:
+                os.dup2(saved, 2)
+    except Exception as e:
+        raise RuntimeError(f"Spark did not start ({e}); the JVM's output is in {log_path}") from e
+    finally:
+        os.close(saved)
 
 
 def _bad_event(t, fn):
@@ -367,9 +404,12 @@ class SparkChecker:
             "index", "time", "process", "op",
             t.alias("t"),
             fn.alias("fn"),
-            "value", "offset", "records", "high_watermark", "final", "error",
+            "value", "offset", "records", "high_watermark", "final", "error", "node",
+            "log_start_offset",
             # errors travel through the ops as a code (a hash; _names has the text)
             F.when(c("error").isNotNull(), F.xxhash64("error")).alias("err"),
+            # so does a send's producer instance
+            F.when((fn == F_SEND) & c("node").isNotNull(), F.xxhash64("node")).alias("nd"),
             _bad_event(t, fn).alias("bad"),
             F.when(fn == F_NEMESIS, F.to_json(F.struct("fault", "phase", "targets", "detail")))
             .alias("nemesis"),
@@ -410,6 +450,37 @@ class SparkChecker:
             if r.n_index is not None:
                 self.nemesis_events[r.run].append({"index": r.n_index, "time": r.n_time, **json.loads(r.nemesis)})
 
+    def _node_flags(self, ev, runs: dict[int, RunInput]) -> None:
+        """Which producer instances (a send's `node`, coded as `nd`) were
+        weak (acks 0 or 1: their acknowledgements bind nothing) or
+        idempotent, per run.json's workload.clients: `node_flags`, a small
+        table joined to the sends (None when no run names its clients)."""
+        from pyspark.sql import functions as F
+
+        self.node_flags = None
+        self.idempotent_nodes = {k: 0 for k in runs}
+        named = {k: (run.weak_nodes(), run.idempotent_nodes()) for k, run in runs.items()}
+        if not any(w or i for w, i in named.values()):
+            return
+        rows = self._collect(
+            ev.filter(F.col("nd").isNotNull()).select("run", "nd", "node").distinct(),
+            "producer instances",
+        )
+        self._node_rows = [(r.run, r.nd, r.node) for r in rows]
+        flags = [(r.run, r.nd, int(r.node in named[r.run][0]), int(r.node in named[r.run][1]))
+                 for r in rows if r.run in named]
+        if flags:
+            self.node_flags = self.spark.createDataFrame(flags, "run int, nd long, weak int, idem int")
+
+    def _flagged_sends(self, sends):
+        """`sends` (ops of sends) with their instance's weak and idem flags (0 when unnamed)."""
+        from pyspark.sql import functions as F
+
+        if self.node_flags is None:
+            return sends.withColumn("weak", F.lit(0)).withColumn("idem", F.lit(0))
+        return sends.join(F.broadcast(self.node_flags), ["run", "nd"], "left").withColumn(
+            "weak", F.coalesce("weak", F.lit(0))).withColumn("idem", F.coalesce("idem", F.lit(0)))
+
     def _partitions(self, ops, runs: dict[int, RunInput]):
         """Validation, and the figures summary.json gives per partition: one aggregation of the cached ops.
 
@@ -449,6 +520,7 @@ class SparkChecker:
                 F.max(F.when(send & ok, c("ack"))).alias("max_ack_offset"),
                 F.max(F.when(poll & ok, c("rec_max"))).alias("max_read_offset"),
                 _count_if(final_ok).alias("final_polls"),
+                _count_if(poll & ok & c("lso").isNotNull()).alias("exact_polls"),
                 F.max(complete.cast("int")).alias("final_complete"),
                 F.max(F.when(final_ok, c("hw"))).alias("final_high_watermark"),
                 *counts,
@@ -519,12 +591,14 @@ class SparkChecker:
             F.max("high_watermark").alias("hw"),
             F.max(F.coalesce(c("final").cast("int"), F.lit(0))).alias("final"),
             F.max("err").alias("err"),
+            F.max("nd").alias("nd"),
+            F.max("log_start_offset").alias("lso"),
             *[F.max(x).alias(x) for x in ("rec_n", "rec_max", "rec_first", "rec_last", "rec_jumps")],
         )
         invoked, done = c("t_min") == T_INVOKE, c("t_max") > T_INVOKE
         return ops.select(
             "run", "tp", "op", "fn", "events", "bad", "end_time", "process", "value", "hw", "final",
-            "err", "rec_n", "rec_max", "rec_first", "rec_last", "rec_jumps",
+            "err", "nd", "lso", "rec_n", "rec_max", "rec_first", "rec_last", "rec_jumps",
             F.when(invoked, c("i_min")).alias("inv_index"),
             F.when(invoked, c("time_min")).alias("inv_time"),
             F.when(done, c("i_max")).alias("comp_index"),
@@ -572,7 +646,8 @@ class SparkChecker:
         if errors:
             ev = ev.filter(F.col("run").isin(good))
             ops = ops.filter(F.col("run").isin(good))
-        self.ev = ev.drop("bad", "topic", "partition")
+        self._node_flags(ev, {k: todo[k] for k in good})
+        self.ev = ev.drop("bad", "topic", "partition", "node")
         self.ops = ops.filter(F.col("fn").isin(F_SEND, F_POLL)).drop("events", "bad", "end_time")
         self.tp_names = self.spark.createDataFrame(
             [(tp, run, topic, partition) for tp, (run, topic, partition) in self.tps.items()],
@@ -597,12 +672,17 @@ class SparkChecker:
         # Independent sections (each fills its own fields of the findings) run
         # as concurrent Spark jobs: one job's fixed costs and last straggling
         # task overlap with another's work, so both cores stay busy.
+        observed = {k: read_observations(todo[k].run_dir, todo[k].run_json.get("checks"))
+                    for k in good}
         sections = [
             lambda: self._timeline_and_latency(findings),
             lambda: self._value_anomalies(findings, tp_rows),
             lambda: self._errors_and_windows(findings),
             lambda: self._offset_anomalies(findings, offsets),
             lambda: self._sequence_anomalies(findings, offsets),
+            lambda: self._read_anomalies(findings, tp_rows),
+            lambda: self._send_order(findings),
+            lambda: self._observed(findings, observed, todo),
         ]
         from pyspark.util import inheritable_thread_target
 
@@ -610,6 +690,13 @@ class SparkChecker:
             # (the caller's job group and other local properties go along)
             for done in [pool.submit(inheritable_thread_target(s)) for s in sections]:
                 done.result()
+        for k, f in findings.items():
+            annotate_windows(observed[k], f.windows)
+            f.idempotent_duplicates -= writers_of_duplicates(observed[k], f.anomalies["duplicate"])
+            f.oracles = checked(
+                observed[k], exact_polls=sum(r.exact_polls for r in tp_rows if r.run == k),
+                idempotent_producers=self.idempotent_nodes.get(k, 0),
+                final_complete=bool(f.partitions) and all(p["final_complete"] for p in f.partitions))
         for f in findings.values():
             c = f.counts
             c["lost"] = f.anomaly_counts["lost"]
@@ -617,6 +704,7 @@ class SparkChecker:
             c["duplicated"] = f.anomaly_counts["duplicate"]
             for kind in ANOMALY_TYPES:
                 f.anomalies[kind].sort(key=sort_key(kind))
+                del f.anomalies[kind][self.cap:]  # (the observed ones are not ranked in Spark)
         results.update(findings)
         return [results[k] for k in range(len(runs))]
 
@@ -760,13 +848,16 @@ class SparkChecker:
             by_error[error] = by_error.get(error, 0) + r["count"]
 
     def acks(self):
-        """Every acknowledged send: its offset and value, and the op that got the ack (index, time)."""
+        """Every acknowledged send: its offset and value, the op that got the
+        ack (index, time), its invocation time and its producer's flags (weak:
+        acks 0 or 1; idem: idempotent)."""
         from pyspark.sql import functions as F
 
         c = F.col
-        return self.ops.filter((c("fn") == F_SEND) & (c("outcome") == T_OK)).select(
+        sends = self.ops.filter((c("fn") == F_SEND) & (c("outcome") == T_OK))
+        return self._flagged_sends(sends).select(
             "run", "tp", c("ack").alias("offset"), "value", c("comp_index").alias("index"),
-            c("comp_time").alias("time"), "op", "process",
+            c("comp_time").alias("time"), "op", "process", "inv_time", "nd", "weak", "idem",
         )
 
     def _pairs(self):
@@ -786,12 +877,15 @@ class SparkChecker:
 
         c = F.col
         acks = self.acks().select("run", "tp", "offset", "value", F.lit(1).alias("a"),
-                                  F.lit(None).cast("long").alias("index"))
-        reads = self.reads.select("run", "tp", "offset", "value", F.lit(0).alias("a"), "index")
+                                  F.lit(None).cast("long").alias("index"), "weak", "idem")
+        reads = self.reads.select("run", "tp", "offset", "value", F.lit(0).alias("a"), "index",
+                                  F.lit(None).cast("int").alias("weak"),
+                                  F.lit(None).cast("int").alias("idem"))
         both = acks.unionByName(reads).repartition("run", "tp", "value")
         return both.groupBy("run", "tp", "offset", "value").agg(
             F.max("a").alias("acked"), _count_if(c("a") == 0).alias("reads"),
             F.min("index").alias("read_index"),  # (acknowledgements have none)
+            F.max("weak").alias("weak"), F.max("idem").alias("idem"),
         )
 
     def _first_reads(self, flagged, on: list[str], n: int, cols: list[str]):
@@ -833,9 +927,11 @@ class SparkChecker:
         c = F.col
         keys = ["run", "tp", "value"]
         not_ok = (
-            self.ops.filter((c("fn") == F_SEND) & (c("outcome").isNull() | (c("outcome") != T_OK)))
+            self._flagged_sends(
+                self.ops.filter((c("fn") == F_SEND) & (c("outcome").isNull() | (c("outcome") != T_OK))))
             .groupBy(*keys)
-            .agg(F.max("outcome").alias("not_ok_outcome"), F.lit(1).alias("not_ok"))
+            .agg(F.max("outcome").alias("not_ok_outcome"), F.lit(1).alias("not_ok"),
+                 F.max("idem").alias("not_ok_idem"))
         )
         n_not_ok = sum(r.send_fail + r.send_info + r.send_pending for r in tp_rows)
         vals = (
@@ -846,10 +942,14 @@ class SparkChecker:
                 F.sum("reads").alias("reads"),
                 F.min(F.when(c("reads") > 0, c("offset"))).alias("rmin"),
                 F.max(F.when(c("reads") > 0, c("offset"))).alias("rmax"),
+                F.max("weak").alias("weak"), F.max("idem").alias("idem"),
             )
             .join(self._small(not_ok, n_not_ok), keys, "left")
             .select(
                 *keys, "ack", "reads", "rmin", "rmax",
+                F.coalesce("weak", F.lit(0)).alias("weak"),
+                F.greatest(F.coalesce("idem", F.lit(0)), F.coalesce("not_ok_idem", F.lit(0)))
+                .alias("idem"),
                 F.greatest(c("acked"), F.coalesce("not_ok", F.lit(0))).alias("sent"),
                 # (greatest passes over nulls: ok if any send of the value was)
                 F.greatest(F.when(c("acked") == 1, F.lit(T_OK)), c("not_ok_outcome")).alias("outcome"),
@@ -863,7 +963,8 @@ class SparkChecker:
         lost = unread_ack & c("max_read").isNotNull() & (c("max_read") >= c("ack"))
         vals = vals.withColumn(
             "vkind",
-            F.when(lost, "lost")
+            F.when(unread_ack & (c("weak") == 1), "lost-unreplicated")
+            .when(lost, "lost")
             .when(unread_ack, "unseen")
             .when((c("reads") > 0) & (c("sent") == 0), "phantom-read")
             .when((c("reads") > 0) & (c("outcome") == T_FAIL), "aborted-read"),
@@ -874,15 +975,17 @@ class SparkChecker:
             vals.groupBy("run").agg(
                 _count_if(c("reads") > 0).alias("read"),
                 *[_count_if(c("vkind") == k).alias(k) for k in
-                  ("lost", "unseen", "phantom-read", "aborted-read")],
+                  ("lost", "unseen", "lost-unreplicated", "phantom-read", "aborted-read")],
                 _count_if(c("dup")).alias("duplicate"),
+                _count_if(c("dup") & (c("idem") == 1)).alias("idem_duplicate"),
             ),
             "values",
         )
         n_lu = n_flag = 0
         for r in counts:
             findings[r.run].counts["read"] = r.read
-            n_lu += r.lost + r.unseen
+            findings[r.run].idempotent_duplicates = r.idem_duplicate
+            n_lu += r.lost + r.unseen + r["lost-unreplicated"]
             n_flag += r["phantom-read"] + r["aborted-read"] + r.duplicate
         if not (n_lu or n_flag):
             return
@@ -896,8 +999,8 @@ class SparkChecker:
         if n_lu:
             # lost and unseen: everything is on the value row.
             lu = self._collect(
-                self._ranked(flagged.filter(c("vkind").isin("lost", "unseen")), "vkind",
-                             ["topic", "partition", "ack", "value"]),
+                self._ranked(flagged.filter(c("vkind").isin("lost", "unseen", "lost-unreplicated")),
+                             "vkind", ["topic", "partition", "ack", "value"]),
                 "lost and unseen",
             )
             for r in lu:
@@ -912,11 +1015,13 @@ class SparkChecker:
             return
         # duplicate, aborted-read, phantom-read: need each offset the value was read at.
         keys = flagged.filter(c("vkind").isin("phantom-read", "aborted-read") | c("dup")).select(
-            "tp", "value", "topic", "partition", "vkind", c("dup").cast("int").alias("dup"), "send_op"
+            "tp", "value", "topic", "partition", "vkind", c("dup").cast("int").alias("dup"), "send_op",
+            c("idem").alias("value_idem"),
         )
         per_offset = self._persist(self._first_reads(
             keys, ["tp", "value"], n_flag,
-            ["run", "tp", "topic", "partition", "value", "offset", "vkind", "dup", "send_op"]))
+            ["run", "tp", "topic", "partition", "value", "offset", "vkind", "dup", "send_op",
+             "value_idem"]))
         single = self._ranked(
             per_offset.filter(c("vkind").isin("phantom-read", "aborted-read")), "vkind",
             ["topic", "partition", "value", "offset"],
@@ -944,15 +1049,178 @@ class SparkChecker:
                 "topic": topic, "partition": partition, "value": value,
                 "offsets": sorted(r.offset for r in rs), "index": w.idx, "time": w.time,
                 "op": w.op, "process": w.process, "send_op": rs[0].send_op,
+                "idempotent": rs[0].value_idem == 1,
             })
+
+    def _take(self, findings, kind: str, rows, make) -> None:
+        """Instances of `kind` from collected rows ranked by `_ranked` (with `total`)."""
+        for r in rows:
+            f = findings[r.run]
+            f.anomaly_counts[kind] = r.total
+            f.anomalies[kind].append(make(r))
+
+    def _read_anomalies(self, findings, tp_rows):
+        """read-uncommitted (a fetch's records at or past its high watermark, or
+        below its log start) and truncated-read (a read at or past the final
+        high watermark of a partition whose final reads completed)."""
+        from pyspark.sql import functions as F
+
+        c = F.col
+        exact = sum(r.exact_polls for r in tp_rows)
+        if exact:
+            polls = self.ev.filter((c("fn") == F_POLL) & (c("t") == T_OK) & c("log_start_offset").isNotNull())
+            bad = (
+                polls.select("run", "tp", "process", "op", "index", "time", "high_watermark",
+                             "log_start_offset", F.explode("records").alias("rec"))
+                .select("*", F.get(c("rec"), 0).alias("offset"), F.get(c("rec"), 1).alias("value"))
+                .filter((c("offset") >= c("high_watermark")) | (c("offset") < c("log_start_offset")))
+                .withColumn("kind", F.lit("read-uncommitted"))
+            )
+            rows = self._collect(self._ranked(self._named(bad), "kind", ["topic", "partition", "offset", "value", "index"]),
+                                 "uncommitted reads")
+            self._take(findings, "read-uncommitted", rows, lambda r: {
+                "topic": r.topic, "partition": r.partition, "value": r.value, "offset": r.offset,
+                "high_watermark": r.high_watermark, "log_start_offset": r.log_start_offset,
+                "process": r.process, "op": r.op, "index": r.index, "time": r.time})
+        ends = [(r.tp, r.final_high_watermark) for r in tp_rows
+                if r.final_complete and r.final_high_watermark is not None]
+        if not ends:
+            return
+        end = self.spark.createDataFrame(ends, "tp long, final_hw long")
+        gone = (
+            self.pairs.filter(c("reads") > 0).join(F.broadcast(end), "tp")
+            .filter(c("offset") >= c("final_hw"))
+            .select("run", "tp", "offset", "value", "final_hw")
+        )
+        n = sum(r["count"] for r in self._collect(gone.groupBy().count(), "truncated reads"))
+        if not n:
+            return
+        detail = self._first_reads(gone, ["run", "tp", "offset", "value"], n,
+                                   ["run", "tp", "offset", "value", "final_hw"])
+        rows = self._collect(
+            self._ranked(self._named(detail.withColumn("kind", F.lit("truncated-read"))), "kind",
+                         ["topic", "partition", "offset", "value"]),
+            "truncated reads: details")
+        self._take(findings, "truncated-read", rows, lambda r: {
+            "topic": r.topic, "partition": r.partition, "value": r.value, "offset": r.offset,
+            "final_high_watermark": r.final_hw, "index": r.idx, "time": r.time, "op": r.op,
+            "process": r.process})
+
+    def _send_order(self, findings):
+        """nonmonotonic-send: each idempotent producer's acknowledged sends to a
+        partition, in the order it invoked them, at increasing offsets."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        c = F.col
+        if self.node_flags is None:
+            return
+        sends = self.acks().filter(c("idem") == 1)
+        for r in self._collect(sends.groupBy("run").agg(F.countDistinct("nd").alias("n")),
+                               "idempotent producers"):
+            self.idempotent_nodes[r.run] = r.n
+        inv = self.ops.filter(c("fn") == F_SEND).select("run", "op", "inv_index")
+        w = Window.partitionBy("run", "tp", "nd").orderBy("inv_index")
+        out = (
+            sends.join(inv, ["run", "op"])
+            .withColumn("previous_offset", F.lag("offset").over(w))
+            .withColumn("previous_value", F.lag("value").over(w))
+            .filter(c("offset") < c("previous_offset"))
+        )
+        if self.node_flags is not None:
+            names = self.spark.createDataFrame(
+                [(k, nd, name) for k, nd, name in self._node_names()], "run int, nd long, node string")
+            out = out.join(F.broadcast(names), ["run", "nd"])
+        rows = self._collect(
+            self._ranked(self._named(out.withColumn("kind", F.lit("nonmonotonic-send"))), "kind",
+                         ["topic", "partition", "node", "index"]),
+            "send order")
+        self._take(findings, "nonmonotonic-send", rows, lambda r: {
+            "topic": r.topic, "partition": r.partition, "node": r.node, "value": r.value,
+            "offset": r.offset, "previous_value": r.previous_value,
+            "previous_offset": r.previous_offset, "process": r.process, "op": r.op,
+            "index": r.index, "time": r.time})
+
+    def _observed(self, findings, observed, runs):
+        """What observations.jsonl shows (reports/observations.py, shared with
+        the reference checker), and the two oracles that join it with the
+        sends: ack-below-min-isr and the partition part of unrecovered."""
+        from pyspark.sql import functions as F
+
+        c = F.col
+        spans, afters = [], []
+        for k, f in findings.items():
+            obs, run = observed[k], runs[k]
+            complete = {(p["topic"], p["partition"]): p["final_high_watermark"]
+                        for p in f.partitions if p["final_complete"]}
+            for kind, items in judge(obs, complete).items():
+                f.anomalies[kind].extend(items)
+                f.anomaly_counts[kind] += len(items)
+            margin = int(run.check_bound("ack_margin_s", 5.0) * NS_PER_SECOND)
+            for sp in below_min_isr(obs, run.min_isr()):
+                tp = self.tp_of(k, sp["topic"], sp["partition"])
+                if tp is not None:
+                    spans.append((k, tp, sp["start"] + margin, sp["end"], sp["isr"], run.min_isr()))
+            at = recovered_at(obs)
+            if at is not None:
+                afters.append((k, at + int(run.check_bound("recovery_grace_s", 5.0) * NS_PER_SECOND)))
+        if spans:
+            sp = self.spark.createDataFrame(
+                spans, "srun int, stp long, from_time long, to_time long, isr array<int>, min_isr int")
+            acked = self.acks().filter((c("weak") == 0) & c("inv_time").isNotNull())
+            bad = (
+                acked.join(F.broadcast(sp), (c("run") == c("srun")) & (c("tp") == c("stp"))
+                           & (c("inv_time") >= c("from_time")) & (c("time") <= c("to_time")))
+                .groupBy("run", "tp", "offset", "value", "index", "time", "op", "process", "inv_time")
+                .agg(F.first("isr").alias("isr"), F.first("min_isr").alias("min_isr"))
+                .withColumn("kind", F.lit("ack-below-min-isr"))
+            )
+            rows = self._collect(self._ranked(self._named(bad), "kind",
+                                              ["topic", "partition", "offset", "value"]),
+                                 "acks below min ISR")
+            self._take(findings, "ack-below-min-isr", rows, lambda r: {
+                "topic": r.topic, "partition": r.partition, "value": r.value, "offset": r.offset,
+                "isr": list(r.isr), "min_isr": r.min_isr, "invoked": r.inv_time,
+                "process": r.process, "op": r.op, "index": r.index, "time": r.time})
+        if afters:
+            ah = self.spark.createDataFrame(afters, "arun int, after long")
+            late = (
+                self.ops.filter((c("fn") == F_SEND) & c("outcome").isNotNull())
+                .join(F.broadcast(ah), (c("run") == c("arun")) & (c("inv_time") >= c("after")))
+                .groupBy("run", "tp", "after", "err")
+                .agg(_count_if(c("outcome") == T_OK).alias("ok"), F.count(F.lit(1)).alias("n"))
+            )
+            per_tp = defaultdict(lambda: {"ok": 0, "failed": 0, "errors": {}, "after": None})
+            for r in self._collect(late, "sends after the recovery"):
+                d = per_tp[(r.run, r.tp)]
+                d["after"] = r.after
+                d["ok"] += r.ok
+                failed = r.n - r.ok
+                d["failed"] += failed
+                if failed:
+                    name = self.error_names.get(r.err, "unknown")
+                    d["errors"][name] = d["errors"].get(name, 0) + failed
+            for (k, tp), d in sorted(per_tp.items(), key=lambda kv: self.tps[kv[0][1]]):
+                if d["ok"] == 0 and d["failed"]:
+                    _run, topic, partition = self.tps[tp]
+                    f = findings[k]
+                    f.anomalies["unrecovered"].append({
+                        "topic": topic, "partition": partition, "kind": "partition",
+                        "time": d["after"], "failed": d["failed"], "errors": d["errors"]})
+                    f.anomaly_counts["unrecovered"] += 1
+
+    def _node_names(self):
+        """(run, node code, node name) of every producer instance seen."""
+        return self._node_rows
 
     def _offsets(self):
         """Per (partition, offset) acknowledged or read: the least and greatest value seen there."""
         from pyspark.sql import functions as F
 
-        return self.pairs.groupBy("run", "tp", "offset").agg(
-            F.min("value").alias("vmin"), F.max("value").alias("vmax")
-        )
+        c = F.col
+        # (an acks=1 acknowledgement binds no offset: the leader alone had it)
+        return self.pairs.filter((c("reads") > 0) | (F.coalesce("weak", F.lit(0)) == 0)).groupBy(
+            "run", "tp", "offset").agg(F.min("value").alias("vmin"), F.max("value").alias("vmax"))
 
     def _offset_anomalies(self, findings, offsets):
         """Per (partition, offset): inconsistent-offset."""
@@ -966,7 +1234,7 @@ class SparkChecker:
         bad = self._persist(bad)
         # Who saw each value there: its acknowledgement, and the first read (from the pairs).
         keys = ["run", "tp", "offset"]
-        acked = self.acks().join(self._small(bad, n_bad), keys).select(
+        acked = self.acks().filter(c("weak") == 0).join(self._small(bad, n_bad), keys).select(
             *keys, "value", c("index").alias("idx"), "time", "op", "process", F.lit(1).alias("is_ack"),
         )
         read = self._first_reads(bad, keys, n_bad, [*keys, "value"]).withColumn("is_ack", F.lit(0))
@@ -1128,11 +1396,65 @@ class SparkChecker:
             self._tp_index = {v: k for k, v in self.tps.items()}
         return self._tp_index.get((run, topic, partition))
 
-    def context(self, requests: dict[int, dict]) -> dict[int, dict]:
-        """Rows around the anomalies a report shows (see context.py), per batch key."""
-        from reports.context import spark_context
+    def context(self, requests: dict[int, dict], per_key: int = PER_KEY) -> dict[int, dict]:
+        """Rows around the anomalies a report shows (see context.py), per batch
+        key: the keys of `requests` fetched from the cached data."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
 
-        return spark_context(self, requests)
+        out = {k: empty_context() for k in requests}
+        c = F.col
+        types = {**OUTCOMES, 0: "invoke"}
+        spark = self.spark
+
+        def limited(df, key):
+            w = Window.partitionBy("tp", key).orderBy("index")
+            return df.withColumn("_n", F.row_number().over(w)).filter(c("_n") <= per_key)
+
+        ops = [(k, op) for k, r in requests.items() for op in r["ops"]]
+        if ops:
+            keys = spark.createDataFrame(ops, "run int, op long")
+            rows = self._collect(
+                self.ev.filter(c("fn").isin(*F_NAMES)).join(F.broadcast(keys), ["run", "op"]).select(
+                    "run", "tp", "index", "time", "process", "op", "t", "fn", "value", "offset",
+                    "records", "high_watermark", "final", "error"),
+                "context: ops",
+            )
+            for r in rows:
+                ev = r.asDict(recursive=True)
+                _run, ev["topic"], ev["partition"] = self.tps[ev.pop("tp")]
+                ev["type"], ev["f"] = types[ev.pop("t")], F_NAMES[ev.pop("fn")]
+                out[ev.pop("run")]["ops"][ev["op"]].append(ev)
+            for ctx in out.values():
+                for evs in ctx["ops"].values():
+                    evs.sort(key=lambda e: e["index"])
+
+        def fetch(name, df, key):
+            ks = [(self.tp_of(k, t, p), x) for k, r in requests.items() for (t, p, x) in r[name]]
+            ks = [(tp, x) for tp, x in ks if tp is not None]
+            if not ks:
+                return
+            keys = spark.createDataFrame(ks, f"tp long, {key} long")
+            rows = self._collect(
+                limited(df.join(F.broadcast(keys), ["tp", key]), key).select(
+                    "run", "tp", "process", "op", "index", "time", "offset", "value"),
+                f"context: {name}",
+            )
+            for r in rows:
+                d = r.asDict()
+                run, topic, partition = self.tps[d.pop("tp")]
+                del d["run"]
+                out[run][name][(topic, partition, d[key])].append(d)
+
+        fetch("reads_of", self.reads, "value")
+        fetch("reads_at", self.reads, "offset")
+        acks = self.acks()
+        fetch("acks_at", acks, "offset")
+        for ctx in out.values():
+            for name in ("reads_of", "reads_at", "acks_at"):
+                for rows in ctx[name].values():
+                    rows.sort(key=lambda r: r["index"])
+        return out
 
 
 def _same(names: dict, code: int, name, what: str) -> None:
@@ -1149,28 +1471,3 @@ def _decodable_prefix(data: bytes, limit: int = 200) -> str:
         except UnicodeDecodeError:
             continue
     return data.decode("utf-8", errors="ignore")[:limit]
-
-
-def check(run_dirs, spark=None, master=None, max_instances=DEFAULT_MAX_INSTANCES):
-    """Findings (or HistoryError) for each run directory; opens a session if none is given."""
-    from reports.readers import open_runs
-
-    spark = spark or get_spark(master)
-    inputs, out = open_runs(run_dirs), []
-    runs = [r for r in inputs if isinstance(r, RunInput)]
-    checker = SparkChecker(spark, max_instances)
-    try:
-        done = iter(checker.check(runs) if runs else [])
-    finally:
-        checker.close()
-    for r in inputs:
-        out.append(r if isinstance(r, HistoryError) else next(done))
-    return out
-
-
-if __name__ == "__main__":
-    import sys
-
-    from reports.cli import main
-
-    sys.exit(main(["analyze", "--checker", "spark", *sys.argv[1:]]))

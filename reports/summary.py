@@ -24,18 +24,34 @@ ANOMALY_TYPES = (
     "phantom-read",
     "nonmonotonic-poll",
     "poll-skip",
+    # chaoslog's oracles beyond the clients' reads (docs/anomalies.md)
+    "lost-unreplicated",
+    "read-uncommitted",
+    "truncated-read",
+    "nonmonotonic-send",
+    "ack-below-min-isr",
+    "replica-divergence",
+    "isr-invariant",
+    "epoch-regression",
+    "leaderless",
+    "stale-metadata",
+    "unrecovered",
 )
 
-# Always fatal; `duplicate` is fatal when the producer was idempotent, and
-# `unseen` when the final reads completed (see `fatal_types`).
-ALWAYS_FATAL = (
-    "lost",
-    "inconsistent-offset",
-    "aborted-read",
-    "phantom-read",
-    "nonmonotonic-poll",
-    "poll-skip",
-)
+# Fatal only under a condition (see `fatal_types`): `duplicate` when the
+# producer was idempotent, `unseen` and `truncated-read` when the final reads
+# completed; `lost-unreplicated` never (acks=1 promises nothing). Every other
+# type is always fatal.
+CONDITIONALLY_FATAL = ("duplicate", "unseen", "truncated-read", "lost-unreplicated")
+ALWAYS_FATAL = tuple(t for t in ANOMALY_TYPES if t not in CONDITIONALLY_FATAL)
+
+# Judged from observations.jsonl (reports/observations.py).
+OBSERVATION_TYPES = ("replica-divergence", "isr-invariant", "epoch-regression", "leaderless",
+                     "stale-metadata", "unrecovered")
+
+# The anomaly types judged from the history alone, always checked.
+HISTORY_ORACLES = ("lost", "unseen", "duplicate", "inconsistent-offset", "aborted-read",
+                   "phantom-read", "nonmonotonic-poll", "poll-skip", "lost-unreplicated")
 
 OUTCOMES = ("ok", "fail", "info", "pending")
 CLIENT_FUNCTIONS = ("send", "poll")
@@ -46,8 +62,15 @@ DEFAULT_MAX_INSTANCES = 10_000
 
 def sort_key(kind: str):
     """Canonical order of the instances of an anomaly type (both checkers use it before capping)."""
-    if kind in ("lost", "unseen"):
+    if kind in ("lost", "unseen", "lost-unreplicated", "truncated-read", "ack-below-min-isr"):
         return lambda a: (a["topic"], a["partition"], a["offset"], a["value"])
+    if kind == "read-uncommitted":
+        return lambda a: (a["topic"], a["partition"], a["offset"], a["value"], a["index"])
+    if kind == "nonmonotonic-send":
+        return lambda a: (a["topic"], a["partition"], a["node"], a["index"])
+    if kind in OBSERVATION_TYPES:
+        return lambda a: (a["topic"] or "", a["partition"] if a["partition"] is not None else -1,
+                          a["time"], json.dumps(a, sort_keys=True, default=str))
     if kind == "duplicate":
         return lambda a: (a["topic"], a["partition"], a["value"])
     if kind == "inconsistent-offset":
@@ -91,6 +114,7 @@ def fault_windows(nemesis: list[dict], end_time: int) -> list[dict]:
                 "stop_index": None,
                 "stopped": False,
                 "detail": ev.get("detail"),
+                "stop_detail": None,  # what the injector noted at the heal (its effect)
             }
             windows.append(w)
             open_.append(w)
@@ -102,6 +126,7 @@ def fault_windows(nemesis: list[dict], end_time: int) -> list[dict]:
             exact = [w for w in same if w["targets"] == targets]
             w = (exact or same)[0]
             w["stop"], w["stop_index"], w["stopped"] = ev["time"], ev["index"], True
+            w["stop_detail"] = ev.get("detail")
             open_.remove(w)
     for w in open_:
         w["stop"] = max(end_time, w["start"])
@@ -127,6 +152,10 @@ class Findings:
     errors: dict = field(default_factory=dict)
     windows: list = field(default_factory=list)
     warnings: list = field(default_factory=list)
+    # duplicates of values whose producer was idempotent, but for those the
+    # client re-sent as new writes (fatal)
+    idempotent_duplicates: int = 0
+    oracles: dict = field(default_factory=dict)   # anomaly type -> "checked" | "no input: ..."
 
 
 def empty_counts() -> dict:
@@ -149,10 +178,15 @@ def final_reads_complete(partitions: list[dict]) -> bool:
 
 def fatal_types(findings: Findings, final_complete: bool) -> list[str]:
     fatal = list(ALWAYS_FATAL)
-    if findings.idempotent:
+    # A duplicate the client re-sent as a new write (observations.py,
+    # writers_of_duplicates) is reported, not fatal.
+    dups = findings.anomalies["duplicate"]
+    all_resent = (bool(dups) and len(dups) == findings.anomaly_counts["duplicate"]
+                  and all(d.get("resent") for d in dups))
+    if findings.idempotent_duplicates or (findings.idempotent and not all_resent):
         fatal.append("duplicate")
     if final_complete:
-        fatal.append("unseen")
+        fatal.extend(("unseen", "truncated-read"))
     return [k for k in ANOMALY_TYPES if k in fatal]
 
 
@@ -223,6 +257,7 @@ def build_summary(findings: Findings) -> dict:
         "events": findings.events,
         "duration_ns": findings.end_time,
         "warnings": warnings,
+        "oracles": {**{k: "checked" for k in HISTORY_ORACLES}, **findings.oracles},
     }
 
 

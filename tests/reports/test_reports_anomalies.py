@@ -6,6 +6,8 @@ Spark checker once for all cases (one batch, one set of Spark jobs).
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from reports_histgen import HistoryBuilder, run_json, write_run
 
@@ -364,22 +366,366 @@ def check_fault_windows(s):
     assert w1["ops"]["poll"]["ok"] == 4
 
 
+# ------------------------------------------------------ oracles beyond the clients' reads
+
+S = 1_000_000_000
+
+
+def workload(**clients):
+    """run.json's workload with its client instances (docs/history-format.md)."""
+    return {"workload": {"client": "sim", "acks": "mixed", "idempotence": False, "topics": {"t": 1},
+                         "clients": clients}}
+
+
+def producer(acks="all", idempotent=False):
+    return {"role": "producer", "acks": acks, "idempotent": idempotent}
+
+
+def send(b, proc, value, offset, node, outcome="ok", **kw):
+    op = b.invoke_send(proc, value, node=node, **kw)
+    b.complete_send(op, proc, value, outcome, offset, **kw)
+    return op
+
+
+def sample(time, *parts, live=(1, 2, 3), controller=1, controller_epoch=1, reassigning=None):
+    """A `metadata` observation; parts are (topic, partition, leader, epoch, isr, version)."""
+    return {"kind": "metadata", "time": time, "controller": controller,
+            "controller_epoch": controller_epoch, "live_brokers": list(live),
+            "reassigning": reassigning or {},
+            "partitions": [{"topic": t, "partition": p, "replicas": [1, 2, 3], "leader": leader,
+                            "leader_epoch": epoch, "isr": list(isr), "zk_version": version,
+                            "controller_epoch": controller_epoch}
+                           for t, p, leader, epoch, isr, version in parts]}
+
+
+def recovery(time, recovered=True):
+    return {"kind": "recovery", "time": time, "healed_at": time - S, "bound_s": 60,
+            "recovered": recovered, "recovered_at": time if recovered else None,
+            "detail": "" if recovered else "t/0: leader -1 is not a live broker"}
+
+
+@case
+def acks1_loss_is_not_fatal():
+    b = HistoryBuilder()
+    send(b, 0, 1, 0, "producer-1")          # acks=1: acknowledged at 0, then truncated away
+    send(b, 1, 2, 0, "producer-2")          # acks=all: offset 0 again
+    final_read(b, 2, [(0, 2)], 1)
+    return b, workload(**{"producer-1": producer("1"), "producer-2": producer()})
+
+
+def check_acks1_loss_is_not_fatal(s):
+    assert s["valid"] is True
+    only(s, lost_unreplicated=[{"value": 1, "offset": 0}])
+
+
+@case
+def idempotent_duplicate():
+    b = HistoryBuilder()
+    send(b, 0, 1, 0, "producer-1")
+    send(b, 0, 2, 1, "producer-2")
+    b.poll(1, [(0, 1), (1, 2)], hw=3)
+    final_read(b, 2, [(0, 1), (1, 2), (2, 1)], 3)   # value 1 again: a duplicate, idempotent producer
+    return b, workload(**{"producer-1": producer(idempotent=True), "producer-2": producer()})
+
+
+def check_idempotent_duplicate(s):
+    assert s["valid"] is False and s["fatal"] == ["duplicate"]
+    only(s, duplicate=[{"value": 1, "offsets": [0, 2], "idempotent": True}])
+
+
+def _idempotent_duplicate_with_writers(second_writer):
+    """Value 1 at offsets 0 and 2; the replicas' files say who wrote each copy."""
+    b, meta = idempotent_duplicate()
+    rep = replica("broker-1", [[0, 1], [1, 2], [2, 1]], [[0, 0, 1, 7], [1, 1, 1, 8], [2, 2, 2, 9]],
+                  [[1, 0], [2, 2]], 3)
+    rep["writers"] = [[0, 0, 1000, 0, 5], [2, 2, *second_writer]]
+    meta["observations"] = [rep]
+    return b, meta
+
+
+@case
+def idempotent_duplicate_appended_twice():
+    return _idempotent_duplicate_with_writers([1000, 0, 5])   # the same producer, epoch and sequence
+
+
+def check_idempotent_duplicate_appended_twice(s):
+    assert s["valid"] is False and s["fatal"] == ["duplicate"]
+    only(s, duplicate=[{"value": 1, "offsets": [0, 2], "idempotent": True,
+                        "writers": [[0, 1000, 0, 5], [2, 1000, 0, 5]]}])
+    assert "resent" not in s["anomalies"]["duplicate"][0]
+
+
+@case
+def idempotent_duplicate_resent_by_the_client():
+    return _idempotent_duplicate_with_writers([1000, 1, 0])   # the client's next epoch, sequence 0
+
+
+def check_idempotent_duplicate_resent_by_the_client(s):
+    assert s["valid"] is True and s["fatal"] == []
+    only(s, duplicate=[{"value": 1, "offsets": [0, 2], "idempotent": True, "resent": True,
+                        "writers": [[0, 1000, 0, 5], [2, 1000, 1, 0]]}])
+
+
+@case
+def whole_run_idempotent_duplicate_resent():
+    """run.json says the whole workload was idempotent (no per-client flags)."""
+    b, _ = duplicate_not_idempotent()
+    rep = replica("broker-1", [[0, 1], [1, 1]], [[0, 0, 1, 7], [1, 1, 2, 8]], [[1, 0], [2, 1]], 2)
+    rep["writers"] = [[0, 0, 1000, 0, 0], [1, 1, 1000, 1, 0]]
+    return b, {"idempotent": True, "observations": [rep]}
+
+
+def check_whole_run_idempotent_duplicate_resent(s):
+    assert s["fatal"] == [] and s["valid"] is True, s["fatal"]
+    only(s, duplicate=[{"value": 1, "offsets": [0, 1], "resent": True,
+                        "writers": [[0, 1000, 0, 0], [1, 1000, 1, 0]]}])
+
+
+@case
+def read_uncommitted():
+    b = HistoryBuilder()
+    send(b, 0, 1, 0, "producer-1")
+    send(b, 0, 2, 1, "producer-1")
+    op = b.invoke_poll(1, 0)
+    b.complete_poll(op, 1, [(0, 1), (1, 2)], hw=1, log_start_offset=0)  # offset 1 is not committed
+    final_read(b, 2, [(0, 1), (1, 2)], 2)
+    return b, workload(**{"producer-1": producer()})
+
+
+def check_read_uncommitted(s):
+    assert s["fatal"] == ["read-uncommitted"]
+    only(s, read_uncommitted=[{"offset": 1, "value": 2, "high_watermark": 1, "log_start_offset": 0,
+                               "process": 1}])
+    assert s["oracles"]["read-uncommitted"] == "checked"
+
+
+@case
+def truncated_read():
+    b = HistoryBuilder()
+    for v, o in ((1, 0), (2, 1)):
+        send(b, 0, v, o, "producer-1")
+    b.poll(1, [(0, 1), (1, 2)], hw=2)
+    final_read(b, 2, [(0, 1)], 1)           # the log ends at 1: the read of offset 1 is gone
+    return b, workload(**{"producer-1": producer("1")})
+
+
+def check_truncated_read(s):
+    assert s["valid"] is False and s["fatal"] == ["truncated-read"]
+    only(s, truncated_read=[{"offset": 1, "value": 2, "final_high_watermark": 1, "process": 1}])
+
+
+@case
+def nonmonotonic_send():
+    b = HistoryBuilder()
+    a = b.invoke_send(0, 1, node="producer-1")
+    c = b.invoke_send(1, 2, node="producer-1")
+    b.complete_send(c, 1, 2, "ok", 0)       # sent second, written first
+    b.complete_send(a, 0, 1, "ok", 1)
+    final_read(b, 2, [(0, 2), (1, 1)], 2)
+    return b, workload(**{"producer-1": producer(idempotent=True)})
+
+
+def check_nonmonotonic_send(s):
+    assert s["fatal"] == ["nonmonotonic-send"]
+    only(s, nonmonotonic_send=[{"node": "producer-1", "value": 2, "offset": 0, "previous_value": 1,
+                                "previous_offset": 1}])
+
+
+@case
+def ack_below_min_isr():
+    b = HistoryBuilder()
+    b.add(process=0, op=b.op_id(), type="invoke", f="send", topic="t", partition=0, value=1,
+          node="producer-1", time=10 * S)
+    b.add(process=0, op=0, type="ok", f="send", topic="t", partition=0, value=1, offset=0,
+          time=11 * S)
+    b.add(process=1, op=b.op_id(), type="invoke", f="send", topic="t", partition=0, value=2,
+          node="producer-1", time=12 * S)   # invoked too soon after the ISR grew back: fine
+    b.add(process=1, op=1, type="ok", f="send", topic="t", partition=0, value=2, offset=1,
+          time=13 * S)
+    final_read(b, 2, [(0, 1), (1, 2)], 2)
+    meta = workload(**{"producer-1": producer()})
+    meta["cluster"] = {"brokers": 3, "broker_config": {"min.insync.replicas": "2"}}
+    meta["observations"] = [sample(t * S, ("t", 0, 1, 1, [1], 3)) for t in range(12)] + [
+        sample(12 * S, ("t", 0, 1, 1, [1, 2], 4))]
+    return b, meta
+
+
+def check_ack_below_min_isr(s):
+    assert s["fatal"] == ["ack-below-min-isr"]
+    only(s, ack_below_min_isr=[{"value": 1, "offset": 0, "isr": [1], "min_isr": 2}])
+
+
+@case
+def observed_metadata():
+    b = HistoryBuilder()
+    send(b, 0, 1, 0, "producer-1")
+    final_read(b, 2, [(0, 1)], 1)
+    meta = workload(**{"producer-1": producer()})
+    meta["observations"] = [
+        sample(0 * S, ("t", 0, 1, 5, [1, 2], 7), ("t", 1, 2, 1, [2], 1)),
+        sample(1 * S, ("t", 0, 3, 4, [1, 2], 8), ("t", 1, -1, 2, [2], 2), controller_epoch=2),
+        sample(3 * S, ("t", 0, 3, 4, [1, 2], 8), ("t", 1, -1, 2, [2], 2), controller_epoch=1),
+    ] + [sample(t * S, ("t", 0, 1, 6, [1, 2], 9), ("t", 1, -1, 2, [2], 2))
+         for t in range(5, 27, 2)] + [
+        recovery(27 * S),
+        {"kind": "broker-metadata", "time": 28 * S, "broker": "broker-1", "brokers": [1, 2, 3],
+         "partitions": [{"topic": "t", "partition": 0, "leader": 2, "isr": [1, 2],
+                         "replicas": [1, 2, 3], "error": 0},
+                        {"topic": "t", "partition": 1, "leader": -1, "isr": [2],
+                         "replicas": [1, 2, 3], "error": 0}]}]
+    return b, meta
+
+
+def check_observed_metadata(s):
+    assert set(s["fatal"]) == {"isr-invariant", "epoch-regression", "leaderless", "stale-metadata"}
+    a = s["anomalies"]
+    assert [(x["rule"], x["leader"]) for x in a["isr-invariant"]] == [("leader not in ISR", 3),
+                                                                       ("leader not in ISR", 3)]
+    assert [(x["what"], x["previous"], x["current"]) for x in a["epoch-regression"]] == [
+        ("controller epoch", 2, 1), ("leader epoch", 5, 4)]
+    assert [(x["partition"], x["live_isr"]) for x in a["leaderless"]] == [(1, [2])]
+    assert [(x["broker"], x["partition"], x["served"]["leader"]) for x in a["stale-metadata"]] == [
+        ("broker-1", 0, 2)]
+    assert all(v == "checked" for k, v in s["oracles"].items()
+               if k not in ("read-uncommitted", "nonmonotonic-send", "replica-divergence"))
+
+
+@case
+def other_runs_topics_are_not_stale():
+    """A cluster shared by several runs: ZooKeeper holds the topic of an
+    earlier run, which the brokers were not asked about."""
+    b = HistoryBuilder()
+    send(b, 0, 1, 0, "producer-1")
+    final_read(b, 2, [(0, 1)], 1)
+    meta = workload(**{"producer-1": producer()})
+    meta["observations"] = [sample(t * S, ("t", 0, 1, 1, [1, 2, 3], 1),
+                                   ("earlier", 0, 2, 1, [1, 2, 3], 1)) for t in range(3)] + [
+        recovery(3 * S),
+        {"kind": "broker-metadata", "time": 4 * S, "broker": "broker-1", "topics": ["t"],
+         "brokers": [1, 2, 3],
+         "partitions": [{"topic": "t", "partition": 0, "leader": 1, "isr": [1, 2, 3],
+                         "replicas": [1, 2, 3], "error": 0}]}]
+    return b, meta
+
+
+def check_other_runs_topics_are_not_stale(s):
+    assert s["oracles"]["stale-metadata"] == "checked"
+    only(s)
+
+
+@case
+def unrecovered_cluster():
+    b = HistoryBuilder()
+    send(b, 0, 1, 0, "producer-1")
+    final_read(b, 2, [(0, 1)], 1)
+    meta = workload(**{"producer-1": producer()})
+    meta["observations"] = [recovery(2 * S, recovered=False)]
+    return b, meta
+
+
+def check_unrecovered_cluster(s):
+    assert s["fatal"] == ["unrecovered"]
+    only(s, unrecovered=[{"kind": "cluster", "detail": "t/0: leader -1 is not a live broker"}])
+
+
+@case
+def unrecovered_partition():
+    b = HistoryBuilder()
+    send(b, 0, 1, 0, "producer-1")
+    b.add(process=1, op=b.op_id(), type="invoke", f="send", topic="t", partition=0, value=2,
+          node="producer-1", time=20 * S)
+    b.add(process=1, op=1, type="info", f="send", topic="t", partition=0, value=2, error="timeout",
+          time=25 * S)
+    final_read(b, 2, [(0, 1)], 1)
+    meta = workload(**{"producer-1": producer()})
+    meta["observations"] = [recovery(10 * S)]
+    return b, meta
+
+
+def check_unrecovered_partition(s):
+    assert s["fatal"] == ["unrecovered"]
+    only(s, unrecovered=[{"kind": "partition", "topic": "t", "partition": 0, "failed": 1,
+                          "errors": {"timeout": 1}}])
+
+
+def replica(broker, records, batches, epochs, leo, hw=None):
+    return {"kind": "replica", "time": 30 * S, "broker": broker, "topic": "t", "partition": 0,
+            "log_start_offset": 0, "log_end_offset": leo, "hw_checkpoint": hw, "epochs": epochs,
+            "batches": batches, "records": records}
+
+
+@case
+def replica_divergence():
+    b = HistoryBuilder()
+    for v, o in ((1, 0), (2, 1), (3, 2)):
+        send(b, 0, v, o, "producer-1")
+    final_read(b, 2, [(0, 1), (1, 2), (2, 3)], 3)
+    meta = workload(**{"producer-1": producer()})
+    meta["observations"] = [
+        sample(0, ("t", 0, 1, 2, [1, 2, 3], 5)),
+        replica("broker-1", [[0, 1], [1, 2], [2, 3]], [[0, 1, 1, 11], [2, 2, 2, 22]],
+                [[1, 0], [2, 2]], 3),
+        replica("broker-2", [[0, 1], [1, 9], [2, 3]], [[0, 1, 1, 99], [2, 2, 2, 22]],
+                [[1, 0], [2, 1]], 3),      # another value at 1, its batch's crc; epoch 2 at 1 in its cache
+        replica("broker-3", [[0, 1], [1, 2]], [[0, 1, 1, 11]], [[1, 0]], 2),   # in the ISR, short
+    ]
+    return b, meta
+
+
+def check_replica_divergence(s):
+    assert s["fatal"] == ["replica-divergence"]
+    got = sorted((a["broker"], a["kind"], a["offset"], a["count"]) for a in s["anomalies"]["replica-divergence"])
+    assert got == [("broker-2", "epoch-cache", 1, 1), ("broker-2", "record", 0, 2),
+                   ("broker-3", "missing", 2, 1)]
+    rec = next(a for a in s["anomalies"]["replica-divergence"] if a["kind"] == "record")
+    assert rec["expected"] == [1, 1, 11] and rec["found"] == [1, 1, 99]  # the batch's crc differs
+
+
+@case
+def every_oracle_clean():
+    b = HistoryBuilder()
+    a = b.invoke_send(0, 1, node="producer-1")
+    b.complete_send(a, 0, 1, "ok", 0)
+    op = b.invoke_poll(1, 0)
+    b.complete_poll(op, 1, [(0, 1)], hw=1, log_start_offset=0)
+    final_read(b, 2, [(0, 1)], 1)
+    meta = workload(**{"producer-1": producer(idempotent=True)})
+    meta["observations"] = [sample(0, ("t", 0, 1, 1, [1, 2, 3], 1)),
+                            sample(S, ("t", 0, 1, 1, [1, 2, 3], 1)), recovery(2 * S),
+                            {"kind": "broker-metadata", "time": 3 * S, "broker": "broker-1",
+                             "brokers": [1, 2, 3], "partitions": [
+                                 {"topic": "t", "partition": 0, "leader": 1, "isr": [3, 2, 1],
+                                  "replicas": [1, 2, 3], "error": 0}]}] + [
+        replica(f"broker-{i}", [[0, 1]], [[0, 0, 1, 7]], [[1, 0]], 1) for i in (1, 2, 3)]
+    return b, meta
+
+
+def check_every_oracle_clean(s):
+    assert s["valid"] is True
+    only(s)
+    assert set(s["oracles"].values()) == {"checked"}
+
+
 # --------------------------------------------------------------------------- running them
 
 
 def _write(tmp_path_factory, name):
     b, meta_extra = CASES[name]()
+    meta_extra = dict(meta_extra)
+    observations = meta_extra.pop("observations", None)
     d = tmp_path_factory.mktemp("crafted") / name
     write_run(d, b.events, run_json(run=name, **meta_extra))
+    if observations is not None:
+        (d / "observations.jsonl").write_text("".join(json.dumps(o) + "\n" for o in observations))
     return d
 
 
 @pytest.fixture(scope="module")
 def spark_summaries(spark, tmp_path_factory):
-    from reports import spark_checker
+    from reports import api
 
     dirs = {name: _write(tmp_path_factory, name) for name in CASES}
-    results = spark_checker.check(list(dirs.values()), spark=spark)
+    results = api.findings(list(dirs.values()), spark=spark)
     return {name: build_summary(r) for name, r in zip(dirs, results)}
 
 

@@ -96,12 +96,12 @@ def test_reference_names_file_and_line(name, tmp_path):
 
 
 def test_spark_names_file_and_line(spark, tmp_path):
-    from reports import spark_checker
+    from reports import api
 
     runs = bad_runs(tmp_path / "bad")
     good = write_run(tmp_path / "good", small_history(), run_json(run="good"))
     names = list(runs)
-    results = spark_checker.check([runs[n][0] for n in names] + [good], spark=spark)
+    results = api.findings([runs[n][0] for n in names] + [good], spark=spark)
     for name, err in zip(names, results):
         _d, where, line, words = runs[name]
         assert_names(err, where, line, words)
@@ -123,11 +123,11 @@ def test_truncated_last_line_is_dropped_with_a_warning(tmp_path):
 
 
 def test_truncated_last_line_spark(spark, tmp_path):
-    from reports import spark_checker
+    from reports import api
 
     d = truncated_run(tmp_path / "cut")
     with pytest.warns(HistoryWarning):
-        [res] = spark_checker.check([d], spark=spark)
+        [res] = api.findings([d], spark=spark)
     s = build_summary(res)
     assert s["valid"] is True and s["events"] == 6
     assert any("truncated last line" in w for w in s["warnings"])

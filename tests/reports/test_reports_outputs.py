@@ -77,7 +77,9 @@ def test_analyze_writes_the_three_files(runs, tmp_path):
         assert failed == v.summary["fatal"]
     invalid = verdicts[1]
     html = invalid.report_path.read_text()
-    for kind in ANOMALY_TYPES:
+    found = [k for k in ANOMALY_TYPES if invalid.summary["anomaly_counts"][k]]
+    assert set(ANOMALY_TYPES[:8]) <= set(found)  # this crafted history has every client-read type
+    for kind in found:
         assert f'id="{kind}"' in html  # a section per anomaly type found
     assert "send ok" in html and "read" in html  # the ops around them
     skipped = ET.parse(verdicts[2].junit_path).getroot().find("./testsuite/testcase[@name='final-reads']/skipped")
@@ -117,7 +119,8 @@ def test_cli_with_spark(spark, runs, tmp_path, capsys):
     html = (tmp_path / "invalid" / "report.html").read_text()
     s = json.loads((tmp_path / "invalid" / "summary.json").read_text())
     assert s["checker"] == "spark"
-    assert all(f'id="{k}"' in html for k in ANOMALY_TYPES)
+    assert all(f'id="{k}"' in html for k in ANOMALY_TYPES if s["anomaly_counts"][k])
+    assert all(s["anomaly_counts"][k] for k in ANOMALY_TYPES[:8])
     assert "send ok" in html  # context rows fetched from Spark
 
 
@@ -137,8 +140,8 @@ def test_python_dash_m_and_script_entry_points(runs, tmp_path):
                         "--out", str(tmp_path), str(runs["invalid"])], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 1, r.stderr
     assert (tmp_path / "invalid" / "summary.json").exists()
-    # spark-submit runs reports/spark_checker.py as a script: its imports must work from there
-    r = subprocess.run([sys.executable, str(ROOT / "reports" / "spark_checker.py"), "--help"],
+    # spark-submit runs reports/__main__.py as a script: its imports must work from there
+    r = subprocess.run([sys.executable, str(ROOT / "reports" / "__main__.py"), "analyze", "--help"],
                        capture_output=True, text=True, cwd=ROOT / "reports")
     assert r.returncode == 0 and "RUN_DIR" in r.stdout, r.stderr
     r = subprocess.run([sys.executable, "-m", "reports", "validate", str(runs["valid"])],
@@ -147,8 +150,19 @@ def test_python_dash_m_and_script_entry_points(runs, tmp_path):
 
 
 def test_print_verdict_for_the_harness(runs, tmp_path, capsys):
-    """harness/run.py prints a run's verdict with reports.cli.print_verdict."""
+    """harness/run_cli.py prints a run's verdict with reports.cli.print_verdict."""
     [v] = analyze([runs["invalid"]], out=tmp_path, checker="reference")
     cli.print_verdict(v)
     out = capsys.readouterr().out
     assert "INVALID" in out and "report:" in out and str(v.report_path) in out
+
+
+def test_the_spark_checker_keeps_the_jvm_quiet(runs, tmp_path):
+    """The Spark checker in a fresh process: the verdict on the terminal, the
+    JVM's start-up and WARN lines in its log file, not on stderr."""
+    r = subprocess.run([sys.executable, "-m", "reports", "analyze", "--checker", "spark", "--no-report",
+                        "--out", str(tmp_path), str(runs["valid"])], capture_output=True, text=True,
+                       cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    for noise in ("log4j", "WARN", "WARNING: Using incubator modules", "UserWarning"):
+        assert noise not in r.stderr + r.stdout, (noise, r.stderr)

@@ -73,7 +73,7 @@ one_run = st.tuples(
           suppress_health_check=[HealthCheck.too_slow])
 @given(batch=st.lists(one_run, min_size=12, max_size=12))
 def test_spark_equals_reference_and_the_injected(spark, tmp_path_factory, batch):
-    from reports import spark_checker
+    from reports import api
 
     root = tmp_path_factory.mktemp("batch")
     dirs, sims = [], []
@@ -88,7 +88,7 @@ def test_spark_equals_reference_and_the_injected(spark, tmp_path_factory, batch)
                   fmt="parquet" if fmt == "parquet" else "jsonl", parts=parts)
         dirs.append(d)
         sims.append((sim, kind, idempotent))
-    results = spark_checker.check(dirs, spark=spark)
+    results = api.findings(dirs, spark=spark)
     for d, res, (sim, kind, idempotent) in zip(dirs, results, sims):
         got = build_summary(res)
         want = build_summary(reference.check(d))
