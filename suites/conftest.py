@@ -20,7 +20,26 @@ def pytest_addoption(parser):
                      help="chaoslog suites: also run the long variants (marked slow)")
 
 
+# The strongest fast tests first: `pytest suites -x` then stops at the first
+# failure within minutes of the start (the mutation score measures this):
+# the smoke tier (single guarantees, one pressure run), the short scripted
+# scenarios of the famous anomalies, then the other pressure runs.
+ORDER = ("smoke", "scenario", "pressure")
+
+
+def _rank(item) -> int:
+    for i, marker in enumerate(ORDER):
+        if item.get_closest_marker(marker) is not None:
+            return i
+    return len(ORDER)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    mine = [i for i in items if HERE in Path(str(i.fspath)).resolve().parents]
+    if mine:
+        others = [i for i in items if i not in mine]
+        items[:] = others + sorted(mine, key=_rank)  # a stable sort keeps file order within a rank
     markexpr = config.getoption("-m") or ""
     if (config.getoption("--run-slow") or os.environ.get("CHAOSLOG_RUN_SLOW")
             or ("slow" in markexpr and "not slow" not in markexpr)):

@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 import os
 import struct
-import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from cluster import zkpaths
+from cluster.deadline import wait_until
 
 # The length of one fault run of test_suite_faults.py: issue 5 asks for 60 s
 # (the `slow` variant); the CI default keeps the whole suites/ folder within
@@ -39,19 +39,40 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: 
     """Poll until `predicate()` returns something truthy and return it; fail
     with "`what` did not happen within N s" otherwise. A ZooKeeper hiccup
     inside the predicate counts as "not yet"."""
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while True:
+    last_error: list[Exception] = []
+
+    def attempt() -> Any:
         try:
-            value = predicate()
-            if value:
-                return value
+            return predicate()
         except Exception as e:  # noqa: BLE001 - retried until the deadline
-            last_error = e
-        if time.monotonic() >= deadline:
-            extra = f" (last error: {last_error!r})" if last_error else ""
-            raise AssertionError(f"{what} did not happen within {timeout:g} s{extra}")
-        time.sleep(interval)
+            last_error[:] = [e]
+            return None
+
+    value = wait_until(attempt, timeout, interval)
+    if not value:
+        extra = f" (last error: {last_error[0]!r})" if last_error else ""
+        raise AssertionError(f"{what} did not happen within {timeout:g} s{extra}")
+    return value
+
+
+def assert_valid(run: Any, checker: str | None = None) -> dict[str, Any]:
+    """The run's verdict must be valid: no fatal anomaly, final reads
+    complete, and every oracle that has an input here checked. On failure
+    the message names each fatal anomaly type with its first instances, the
+    seed and the run directory (its report.html says the rest)."""
+    summary = run.verdict(checker)
+    problems = []
+    for kind in summary.get("fatal", []):
+        first = summary["anomalies"].get(kind, [])[:3]
+        problems.append(f"{kind} ({summary['anomaly_counts'].get(kind, len(first))}): {first}")
+    if summary["valid"] is None:
+        problems.append(f"final reads incomplete: {summary.get('warnings')}")
+    unchecked = {k: v for k, v in summary.get("oracles", {}).items() if v != "checked"}
+    if unchecked:
+        problems.append(f"oracles without input: {unchecked}")
+    assert not problems, (f"run {run.run_dir} (seed {run.seed}) is not valid:\n  "
+                          + "\n  ".join(problems))
+    return summary
 
 
 def broker(broker_id: int) -> str:
@@ -79,6 +100,9 @@ class ZkView:
             return None
         d = zkpaths.loads(data) or {}
         return int(d["brokerid"]) if "brokerid" in d else None
+
+    def controller_epoch(self) -> int:
+        return int(self.zk.get(zkpaths.CONTROLLER_EPOCH)[0])
 
     def registered(self) -> set[int]:
         return {int(c) for c in self.zk.get_children(zkpaths.BROKER_IDS)}
@@ -174,10 +198,13 @@ def anomaly_counts(summary: dict[str, Any]) -> dict[str, int]:
 
 
 def describe(summary: dict[str, Any]) -> str:
-    """One line for assertion messages: verdict, counts, anomalies."""
+    """For assertion messages: verdict, counts, anomalies, and the first
+    instance of each fatal type (what a CI log must show to be read)."""
     c = summary.get("counts", {})
+    first = "".join(f"\n  {k}: {summary['anomalies'][k][0]}" for k in summary.get("fatal", [])
+                    if summary["anomalies"].get(k))
     return (f"valid={summary.get('valid')} sends={c.get('send')} acknowledged={c.get('acknowledged')} "
-            f"read={c.get('read')} anomalies={anomaly_counts(summary)}")
+            f"read={c.get('read')} anomalies={anomaly_counts(summary)}{first}")
 
 
 # -- replica logs ------------------------------------------------------------------

@@ -44,7 +44,7 @@ from faults.injectors.zookeeper import expire_session, read_session
 from suite_helpers import (SAFE, SESSION_TIMEOUT_S, AckWatch, ZkView, broker, describe,
                            replica_log, wait_for)
 
-pytestmark = [pytest.mark.docker]
+pytestmark = [pytest.mark.docker, pytest.mark.scenario]
 
 TP = ("t", 0)
 
@@ -52,7 +52,7 @@ TP = ("t", 0)
 @pytest.mark.broker_config(**SAFE)
 def test_leader_restarted_during_controller_failover(cluster, workload, nemesis, history):
     acks = AckWatch(history)
-    zk = ZkView(nemesis.run.zk())
+    zk = ZkView(nemesis.run.zk)
     x = wait_for(zk.controller, 30, "a controller")
     y, z = sorted({1, 2, 3} - {x})
     run = workload({"t": 1}, acks="all", rate=100, producers=2, slots=4, consumers=1,
@@ -84,7 +84,7 @@ def test_leader_restarted_during_controller_failover(cluster, workload, nemesis,
     nemesis.heal()
     wait_for(lambda: len(zk.lai().isr) == 3, 60, "a full ISR again")
     acks.wait_acks(100, acks.now(), 30, "after the heal", TP)
-    run.finish(quiet=2.0, final_timeout=60, settle_s=3.0)
+    run.finish(quiet_s=2.0, final_timeout_s=60, settle_s=3.0)
     summary = run.verdict()
     facts = (f"X={x} restarted with offsets below {x_end} (highest acknowledged {acked_max}); "
              f"leaderAndISR before {before}, after X's return {after}; {describe(summary)}")

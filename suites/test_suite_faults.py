@@ -113,13 +113,16 @@ def _min_hold(fault: str, params: dict) -> float:
 def fault_run(cluster, workload, nemesis, history, fault: str, schedule: Schedule):
     topic = f"t-{fault}-{int(schedule.duration_s)}"   # a topic of its own on the shared cluster
     acks = AckWatch(history)
-    run = workload({topic: 2}, replication_factor=3, acks="all", rate=50, producers=1, slots=4,
+    # A reassignment moves a replica to a broker that holds none: two replicas
+    # on three brokers leave one spare.
+    rf = 2 if fault == "reassign" else 3
+    run = workload({topic: 2}, replication_factor=rf, acks="all", rate=50, producers=1, slots=4,
                    consumers=1)
-    zk = ZkView(run.run.zk())
+    zk = ZkView(run.zk)
     wait_for(lambda: zk.fully_replicated({topic: 2}), 30, "a full ISR on every partition")
     acks.wait_acks(10, 0, 20, "before the fault")
     nem = nemesis(schedule, partition=(topic, 0))
-    run.finish(quiet=2.0, final_timeout=60, settle_s=3.0)
+    run.finish(quiet_s=2.0, final_timeout_s=60, settle_s=3.0)
 
     # The fault was applied (to someone) and healed.
     assert not nem.errors, nem.errors

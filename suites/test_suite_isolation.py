@@ -56,7 +56,7 @@ def test_isolating_broker_2_cuts_it_off_and_only_it(cluster, workload, nemesis, 
     tp = ("t13", 0)
     run = workload({"t13": 1}, acks="all", rate=60, producers=1, slots=4, consumers=1,
                    assignment={"t13": {0: [1, 3]}})
-    zk = ZkView(run.run.zk())
+    zk = ZkView(run.zk)
     wait_for(lambda: set(zk.lai("t13").isr) == {1, 3}, 30, "ISR [1, 3]")
     acks.wait_acks(20, 0, 20, "before the partition", tp)
     everyone = ["broker-1", "broker-2", "broker-3", "zk-1"]
@@ -96,7 +96,7 @@ def test_isolating_broker_2_cuts_it_off_and_only_it(cluster, workload, nemesis, 
     iso.stop()
     wait_for(lambda: 2 in zk.registered(), 30, "broker-2 registering again")
     assert all(reachable(cluster, "broker-2", ["broker-1", "broker-3", "zk-1"]).values())
-    run.finish(quiet=2.0, final_timeout=60, settle_s=3.0)
+    run.finish(quiet_s=2.0, final_timeout_s=60, settle_s=3.0)
     summary = run.verdict()
     print(f"isolate broker-2: session gone after {expired_after:.1f} s; {len(samples)} samples of "
           f"brokers 1 and 3 registered with ISR [1, 3]; {during} writes acknowledged during; "
@@ -108,7 +108,7 @@ def test_isolating_broker_2_cuts_it_off_and_only_it(cluster, workload, nemesis, 
 def test_controller_session_expiry_moves_the_controller(cluster, workload, nemesis, history):
     acks = AckWatch(history)
     run = workload({"t": 3}, replication_factor=3, acks="all", rate=60, producers=1, slots=4)
-    zk = ZkView(run.run.zk())
+    zk = ZkView(run.zk)
     wait_for(lambda: zk.fully_replicated({"t": 3}), 30, "a full ISR on every partition")
     acks.wait_acks(20, 0, 20, "before the expiries")
     took = []
@@ -129,7 +129,7 @@ def test_controller_session_expiry_moves_the_controller(cluster, workload, nemes
         t1 = acks.now()
         acks.wait_acks(20, t1, 30, f"after trial {trial}")
         assert after in zk.registered()
-    run.finish(quiet=2.0, final_timeout=60, settle_s=3.0)
+    run.finish(quiet_s=2.0, final_timeout_s=60, settle_s=3.0)
     summary = run.verdict()
     print(f"controller moved after {', '.join(f'{t:.2f}' for t in took)} s "
           f"(limit {SESSION_TIMEOUT_S + 2:g} s); {describe(summary)}")

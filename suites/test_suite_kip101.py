@@ -73,7 +73,7 @@ import pytest
 from suite_helpers import (S, SESSION_TIMEOUT_S, AckWatch, ZkView, ack_times, broker, describe,
                            divergence, events, reads, replica_log, wait_for)
 
-pytestmark = [pytest.mark.docker]
+pytestmark = [pytest.mark.docker, pytest.mark.scenario]
 
 TP = ("t", 0)
 MODES = ["hw", "leader-epoch"]
@@ -95,7 +95,7 @@ def test_hw_truncation_then_immediate_election(cluster, workload, nemesis, histo
     """KIP-101 scenario 1: hw loses acknowledged writes, leader-epoch does not."""
     mode = cluster.spec.broker_config["replication.truncation"]
     acks = AckWatch(history)
-    zk = ZkView(nemesis.run.zk())
+    zk = ZkView(nemesis.run.zk)
     a = wait_for(zk.controller, 30, "a controller")
     b, c = sorted({1, 2, 3} - {a})
     # No live consumer: it would read the last round from B before A's
@@ -154,7 +154,7 @@ def test_hw_truncation_then_immediate_election(cluster, workload, nemesis, histo
     nemesis.heal()
     wait_for(lambda: len(zk.lai().isr) >= 2, 60, "a second replica back in the ISR")
     acks.wait_acks(100, t_heal, 30, "after the heal", TP)
-    run.finish(quiet=2.0, final_timeout=60, settle_s=3.0)
+    run.finish(quiet_s=2.0, final_timeout_s=60, settle_s=3.0)
     summary = run.verdict()
 
     if mode == "hw":
@@ -183,7 +183,7 @@ def test_divergence_after_multiple_hard_failures(cluster, workload, nemesis, his
     """KIP-101 scenario 2: hw makes the replicas diverge, leader-epoch does not."""
     mode = cluster.spec.broker_config["replication.truncation"]
     acks = AckWatch(history)
-    zk = ZkView(nemesis.run.zk())
+    zk = ZkView(nemesis.run.zk)
     x = wait_for(zk.controller, 30, "a controller")
     a, b = sorted({1, 2, 3} - {x})
     run = workload({"t": 1}, acks="all", rate=150, producers=2, slots=4, consumers=1,
@@ -233,7 +233,7 @@ def test_divergence_after_multiple_hard_failures(cluster, workload, nemesis, his
     # it led (both modes) and catches up.
     stopped.stop()
     wait_for(lambda: set(zk.lai().isr) == {a, b}, 60, f"broker {b} back in the ISR")
-    run.finish(quiet=2.0, final_timeout=60, settle_s=3.0)
+    run.finish(quiet_s=2.0, final_timeout_s=60, settle_s=3.0)
     summary = run.verdict()
     # The two replica logs, in sync by the ISR's account: compared offset by offset.
     log_a = replica_log(cluster.data_dir(broker(a)), "t", 0)

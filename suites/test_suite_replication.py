@@ -68,7 +68,7 @@ def _case(cluster, workload, nemesis, history, mode: str, target: str, rounds: i
     topic = f"rep-{mode}-{target}-{rounds}".replace("_", "-")
     acks = AckWatch(history)
     run = workload({topic: 3}, replication_factor=3, acks="all", rate=60, producers=2, slots=3)
-    zk = ZkView(run.run.zk())
+    zk = ZkView(run.zk)
     wait_for(lambda: zk.fully_replicated({topic: 3}), 30, f"{topic}: full ISR on every partition")
     acks.wait_acks(20, 0, 20, "before the fault")
     role = f"leader:{topic}/0" if target == "leader" else "controller"
@@ -87,7 +87,7 @@ def _case(cluster, workload, nemesis, history, mode: str, target: str, rounds: i
     t1 = acks.now()
     acks.wait_acks(20, t1, 30, "after the fault")
     wait_for(lambda: acks.now() - t1 >= AFTER_S * S, AFTER_S + 5, "writes after the fault")
-    run.finish(quiet=2.0, final_timeout=60, settle_s=3.0)
+    run.finish(quiet_s=2.0, final_timeout_s=60, settle_s=3.0)
 
     # The fault really happened, to the broker that held the role (a bounce
     # finds the role's holder again every round, as Kafka's test does).

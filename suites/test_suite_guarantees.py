@@ -1,0 +1,424 @@
+"""Single guarantees, each driven to the moment it is about.
+
+Randomized pressure (test_suite_pressure.py) rarely lines up the instants
+some rules of the design are about: the ISR shrinking under a waiting
+acks=all write, a follower rejoining the ISR that is failed-over to at once,
+a deposed leader still reachable by clients, a request from a controller
+that has been replaced. These scenarios make each happen on purpose, with
+raw Kafka requests (harness/kafka_wire.py) so that every answer's error code
+is seen, on one cluster shared by the module (fixed configuration with a
+lag time of LAG_S, so that each takes seconds).
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from cluster.deadline import wait_until
+from cluster.protocol import errors as E
+from harness import kafka_wire, probes
+from harness.replicas import HW_CHECKPOINT, high_watermarks, read_broker
+from suite_helpers import SAFE, ZkView, wait_for
+
+pytestmark = [pytest.mark.docker, pytest.mark.smoke]
+
+LAG_S = 5.0
+CHECKPOINT_S = 0.5
+CONFIG = {**SAFE, "replica.lag.time.max.ms": int(LAG_S * 1000),
+          "replica.high.watermark.checkpoint.interval.ms": int(CHECKPOINT_S * 1000)}
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(module_cluster_factory):
+    return module_cluster_factory(brokers=3, broker_config=CONFIG)
+
+
+@pytest.fixture
+def cluster(shared_cluster):
+    shared_cluster.wait_brokers_registered(timeout=90)
+    return shared_cluster
+
+
+def _connect(run, broker: int, timeout: float = 60.0) -> kafka_wire.KafkaConnection:
+    node = run.cluster.node(f"broker-{broker}")
+    return kafka_wire.KafkaConnection(node.host, node.port, client_id="chaoslog-scenario",
+                                      timeout=timeout)
+
+
+def _connect_leader(run, broker: int, topic: str, timeout: float = 30.0
+                    ) -> kafka_wire.KafkaConnection:
+    """A connection to `broker` once it serves as `topic`/0's leader.
+    ZooKeeper names a leader before the controller's LeaderAndIsr has reached
+    it; until then the broker answers UNKNOWN_TOPIC_OR_PARTITION."""
+    conn = _connect(run, broker)
+    try:
+        wait_for(lambda: kafka_wire.list_offset(conn, topic, 0, -1)[0] == E.NONE, timeout,
+                 f"broker {broker} serving as the leader of {topic}/0")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _led_by_a_follower_of_the_controller(run, zk: ZkView, topic: str) -> int:
+    """Create `topic` (one partition, three replicas) led by a broker that is
+    not the controller; wait for its full ISR; return the leader."""
+    controller = wait_for(zk.controller, 30, "a controller")
+    leader = next(b for b in (1, 2, 3) if b != controller)
+    run.create_topics({topic: 1}, 3,
+                      assignment={topic: {0: [leader] + [b for b in (1, 2, 3) if b != leader]}})
+    wait_for(lambda: len(zk.lai(topic, 0).isr) == 3 and zk.lai(topic, 0).leader == leader, 30,
+             f"broker {leader} leading {topic}/0 with a full ISR")
+    return leader
+
+
+def test_requests_of_a_deposed_controller_are_refused(chaos_run, nemesis):
+    """docs/design.md#g-controller-epoch. After a controller failover,
+    harness/probes.py sends a follower LeaderAndIsr, StopReplica and
+    UpdateMetadata of the previous controller epoch, and LeaderAndIsr of
+    the current epoch meant for another broker or for an earlier incarnation
+    of itself (a restarted container that took a dead broker's address).
+    Each must be refused, and nothing may change: the follower stays a
+    follower, serves the leader ZooKeeper names, keeps its replica's files."""
+    run = chaos_run
+    run.create_topics({"probe": 1}, 3)
+    zk = ZkView(run.zk)
+    wait_for(lambda: zk.fully_replicated({"probe": 1}), 30, "a full ISR")
+    before = zk.controller_epoch()
+    nemesis.inject("zk-expire", "controller")
+    wait_for(lambda: zk.controller_epoch() > before and zk.controller() is not None, 30,
+             "a new controller after the old one's session expired")
+    nemesis.heal()
+    wait_for(lambda: zk.fully_replicated({"probe": 1}), 30, "a full ISR after the failover")
+
+    results = probes.probe_stale_requests(run.zk, "probe", 0)
+    assert all(r.ok for r in results), "\n".join(str(r) for r in results if not r.ok)
+    lai = zk.lai("probe", 0)
+    follower = next(b for b in sorted(lai.isr) if b != lai.leader)
+    node = run.cluster.node(f"broker-{follower}")
+    wrong = probes.follower_unchanged(run.zk, "probe", 0, follower, node.host, node.port)
+    assert not wrong, wrong
+    kept = read_broker(run.cluster.log_dir(f"broker-{follower}"), {"probe"})
+    assert [(r["topic"], r["partition"]) for r in kept] == [("probe", 0)], (
+        f"broker {follower}'s replica of probe/0 is gone")
+
+
+def test_isr_shrink_refusals_and_caught_up_rejoin(chaos_run, nemesis):
+    """docs/design.md#isr, #acks, on a partition with two replicas (leader L,
+    follower F) and min ISR 2:
+
+    1. F is cut off from the other brokers (not from ZooKeeper: the
+       controller sees nothing). An acks=all write waits for F.
+       Consumers see only the records below the high watermark meanwhile.
+    2. L takes F out of the ISR within the lag time (#g-isr-liveness); the
+       waiting write is answered NOT_ENOUGH_REPLICAS_AFTER_APPEND, not
+       success (#g-min-isr); a new acks=all write is refused before it is
+       appended: NOT_ENOUGH_REPLICAS.
+    3. acks=1 writes go on: with an ISR of one they are committed at once.
+    4. The cut heals. The moment ZooKeeper shows F back in the ISR, L is
+       killed: F leads and must hold every record L had committed (#g-isr:
+       a follower joins only once it holds every committed record)."""
+    run = chaos_run
+    run.create_topics({"i": 1}, 2, assignment={"i": {0: [1, 2]}})
+    zk = ZkView(run.zk)
+    wait_for(lambda: set(zk.lai("i", 0).isr) == {1, 2}, 30, "a full ISR [1, 2]")
+    leader = zk.lai("i", 0).leader
+    follower = 3 - leader
+    conn = _connect_leader(run, leader, "i")
+    try:
+        assert kafka_wire.produce(conn, "i", 0, [b"first"])[0] == E.NONE
+
+        nemesis.inject("partition-isolate", f"broker-{follower}", among="brokers")
+        waiting: dict[str, int] = {}
+
+        def write_that_waits() -> None:
+            c = _connect(run, leader)
+            try:
+                waiting["error"] = kafka_wire.produce(c, "i", 0, [b"waits"], timeout_ms=30000)[0]
+            finally:
+                c.close()
+
+        writer = threading.Thread(target=write_that_waits, daemon=True)
+        writer.start()
+
+        # Meanwhile a consumer sees the committed record only, never the one
+        # waiting for F (#g-committed-reads).
+        def uncommitted_seen() -> list[int]:
+            r = kafka_wire.fetch(conn, "i", 0, 0)
+            return [o for o, _v in r.records if o >= r.high_watermark]
+        seen = wait_until(uncommitted_seen, 0.5, 0.1)
+        assert not seen, f"a consumer fetch returned offsets {seen} at or past its high watermark"
+        # ... and L's high-watermark checkpoint, written meanwhile, stays at
+        # what is committed (#g-hw): a restarted L must not count the waiting
+        # record as committed.
+        hw = kafka_wire.fetch(conn, "i", 0, 0, max_bytes=1).high_watermark
+        log_dir = run.cluster.log_dir(f"broker-{leader}")
+        since = time.time()
+        wait_for(lambda: (log_dir / HW_CHECKPOINT).stat().st_mtime > since + CHECKPOINT_S, 10,
+                 f"broker {leader} checkpointing its high watermarks")
+        checkpointed = high_watermarks(log_dir).get(("i", 0))
+        assert follower in zk.lai("i", 0).isr, "the ISR shrank before the checkpoint was read"
+        assert checkpointed is not None and checkpointed <= hw, (
+            f"broker {leader} checkpointed high watermark {checkpointed} while {hw} was committed")
+
+        wait_for(lambda: zk.lai("i", 0).isr == (leader,), LAG_S + 15,
+                 f"broker {follower} out of the ISR within the lag time ({LAG_S:g} s) + 15 s")
+        writer.join(40)
+        assert waiting.get("error") == E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, (
+            "an acks=all write waiting when the ISR shrank below min.insync.replicas was "
+            f"answered {E.name(waiting['error']) if 'error' in waiting else 'nothing'}")
+        err, _ = kafka_wire.produce(conn, "i", 0, [b"refused"])
+        assert err == E.NOT_ENOUGH_REPLICAS, (
+            f"an acks=all write with the ISR below min.insync.replicas was answered "
+            f"{E.name(err)}, not refused before it was appended")
+
+        # Enough that F needs several fetches (replica.fetch.max.bytes, 1 MiB).
+        for _ in range(40):
+            err, _ = kafka_wire.produce(conn, "i", 0, [b"x" * 1000] * 100, acks=1)
+            assert err == E.NONE, E.name(err)
+        committed = kafka_wire.fetch(conn, "i", 0, 0, max_bytes=1).high_watermark
+        assert committed >= 4000, committed
+    finally:
+        conn.close()
+
+    nemesis.heal()
+    wait_for(lambda: follower in zk.lai("i", 0).isr, 60, f"broker {follower} back in the ISR",
+             interval=0.01)
+    nemesis.inject("kill", f"broker-{leader}")
+    wait_for(lambda: zk.lai("i", 0).leader == follower, 60, f"broker {follower} elected")
+    fconn = _connect_leader(run, follower, "i")
+    try:
+        _err, end = kafka_wire.list_offset(fconn, "i", 0, -1)
+    finally:
+        fconn.close()
+    assert end >= committed, (
+        f"broker {follower} rejoined the ISR holding records up to {end} only, while {committed} "
+        f"were committed: elected, it lost records consumers had been given")
+
+
+def test_a_deposed_leader_cut_off_from_its_followers_stops_taking_writes(chaos_run, nemesis):
+    """docs/design.md#g-fencing. A leader that loses its leadership while cut
+    off from the other brokers does not hear of it: the controller's
+    LeaderAndIsr cannot reach it, and clients with old metadata keep writing
+    to it. Its followers stop fetching from it, so within the lag time it
+    tries to shrink its ISR; that conditional ZooKeeper write fails (the
+    controller moved the znode on) and from then on it refuses every write.
+    A zombie that shrank its ISR to itself anyway would, with min ISR 1,
+    acknowledge acks=all writes nobody else has. The leader here is not the
+    controller (the controller knows what it decided)."""
+    run = chaos_run
+    zk = ZkView(run.zk)
+    leader = _led_by_a_follower_of_the_controller(run, zk, "z")
+    conn = _connect_leader(run, leader, "z")
+    try:
+        assert kafka_wire.produce(conn, "z", 0, [b"before"])[0] == E.NONE
+        nemesis.inject("partition-isolate", f"broker-{leader}", among="brokers")
+        nemesis.inject("move-leader")
+        wait_for(lambda: zk.lai("z", 0).leader not in (leader, -1), 60,
+                 f"the leadership of z/0 moved away from broker {leader}")
+        assert zk.controller() != leader, "the controller moved to the cut-off broker"
+
+        def refuses() -> bool:
+            err, _ = kafka_wire.produce(conn, "z", 0, [b"zombie"], acks=1, timeout_ms=5000)
+            return err == E.NOT_LEADER_FOR_PARTITION
+
+        wait_for(refuses, LAG_S + 15,
+                 f"broker {leader}, deposed and cut off from its followers, refusing writes",
+                 interval=0.5)
+        err, _ = kafka_wire.produce(conn, "z", 0, [b"zombie-all"], timeout_ms=5000)
+        assert err == E.NOT_LEADER_FOR_PARTITION, (
+            f"the deposed leader answered an acks=all write with {E.name(err)}")
+    finally:
+        conn.close()
+
+
+def test_a_broker_in_controlled_shutdown_does_not_rejoin_the_isr(chaos_run, nemesis):
+    """docs/design.md#controlled-shutdown, #isr. A follower stopped with
+    SIGTERM asks the controller to take it out of the ISRs first; a fetch it
+    sent before the controller's LeaderAndIsr reached the leader must not
+    bring it back (a follower joins only after two fetches in the leader's
+    current state), or acks=all writes wait for a broker that is leaving.
+    Writes flow meanwhile, so the follower's fetches are always in flight;
+    ZooKeeper is watched every few milliseconds while the broker stops."""
+    run = chaos_run
+    run.create_topics({"c": 1}, 3, assignment={"c": {0: [1, 2, 3]}})
+    zk = ZkView(run.zk)
+    wait_for(lambda: len(zk.lai("c", 0).isr) == 3 and zk.lai("c", 0).leader == 1, 30,
+             "broker 1 leading c/0 with a full ISR")
+    controller = wait_for(zk.controller, 30, "a controller")
+    stopping = 2 if controller != 2 else 3   # a follower, not the controller
+    seen: list[tuple[int, tuple[int, ...]]] = []
+    stopped = threading.Event()
+
+    def stop() -> None:
+        try:
+            nemesis.inject("stop", f"broker-{stopping}")
+        finally:
+            stopped.set()
+
+    def write() -> None:  # acks=1: the leader answers at once, the follower fetches each
+        conn = _connect(run, 1)
+        try:
+            while not stopped.is_set():
+                kafka_wire.produce(conn, "c", 0, [b"w"], acks=1)
+        finally:
+            conn.close()
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    threading.Thread(target=stop, daemon=True).start()
+
+    def record() -> None:
+        lai = zk.lai("c", 0)
+        if not seen or seen[-1] != (lai.zk_version, lai.isr):
+            seen.append((lai.zk_version, lai.isr))
+
+    wait_for(lambda: record() or stopped.is_set(), 60, f"broker {stopping} stopped",
+             interval=0.005)
+    wait_until(record, 1.0, 0.005)  # and a second more (record() is never truthy)
+    writer.join(10)
+    left = next((i for i, (_v, isr) in enumerate(seen) if stopping not in isr), None)
+    assert left is not None, f"broker {stopping} never left the ISR: {seen}"
+    back = [(v, isr) for v, isr in seen[left:] if stopping in isr]
+    assert not back, (f"broker {stopping} came back into the ISR during its controlled "
+                      f"shutdown: leaderAndISR versions and ISRs seen: {seen}")
+
+
+def test_idempotent_retries_are_written_once_across_failover_and_restart(chaos_run, nemesis):
+    """docs/design.md#g-idempotence, #idempotence. One producer session writes
+    six batches with raw requests, then sends each again, as a client does
+    when it did not hear an answer: a retry of any of the last five is
+    answered with its original offset and not written again; the oldest and
+    a batch past a gap are refused. Asked again after the leadership moved to
+    a follower (whose producer state comes from the batches it fetched) and
+    after that broker restarted (rebuilt from its log), the answers are the
+    same, and the log holds each write once. Clients hide these answers
+    (librdkafka may bump its own epoch and re-send), so they are asked here."""
+    run = chaos_run
+    zk = ZkView(run.zk)
+    first = _led_by_a_follower_of_the_controller(run, zk, "idem")
+    conn = _connect_leader(run, first, "idem")
+    try:
+        err, pid, epoch = kafka_wire.init_producer_id(conn)
+        assert err == E.NONE, f"InitProducerId answered {E.name(err)}"
+        offsets = []
+        for seq in range(6):
+            err, offset = kafka_wire.produce(conn, "idem", 0, [b"i%d" % seq],
+                                             producer=(pid, epoch, seq))
+            assert err == E.NONE, f"batch {seq}: {E.name(err)}"
+            offsets.append(offset)
+    finally:
+        conn.close()
+
+    def ask_again(broker: int, where: str) -> None:
+        c = _connect_leader(run, broker, "idem")
+        try:
+            for seq in range(1, 6):
+                got = kafka_wire.produce(c, "idem", 0, [b"i%d" % seq], producer=(pid, epoch, seq))
+                assert got == (E.NONE, offsets[seq]), (
+                    f"{where}: the retry of batch {seq} (at offset {offsets[seq]}) was answered "
+                    f"{E.name(got[0])} at offset {got[1]}")
+            for seq, why in ((0, "older than the last five"), (7, "past a gap")):
+                err, _ = kafka_wire.produce(c, "idem", 0, [b"i%d" % seq], producer=(pid, epoch, seq))
+                assert err == E.OUT_OF_ORDER_SEQUENCE_NUMBER, (
+                    f"{where}: batch {seq}, {why}, was answered {E.name(err)}")
+            log_end = kafka_wire.list_offset(c, "idem", 0, -1)
+            assert log_end == (E.NONE, offsets[-1] + 1), f"{where}: the log grew: {log_end}"
+        finally:
+            c.close()
+
+    ask_again(first, f"leader {first}")
+    nemesis.inject("move-leader")
+    second = wait_for(lambda: zk.lai("idem", 0).leader not in (first, -1)
+                      and zk.lai("idem", 0).leader, 60, f"the leadership moving from broker {first}")
+    ask_again(second, f"broker {second}, leader after a failover")
+
+    killed = nemesis.inject("kill", f"broker-{second}")
+    wait_for(lambda: zk.lai("idem", 0).leader not in (second, -1), 60,
+             f"a leader other than the killed broker {second}")
+    killed.stop()  # restarts it: it rebuilds the producers' state from its log
+    wait_for(lambda: second in zk.lai("idem", 0).isr, 60, f"broker {second} back in the ISR")
+    nemesis.inject("elect-preferred")   # the move made it the preferred replica
+    wait_for(lambda: zk.lai("idem", 0).leader == second, 60, f"broker {second} leading again")
+    ask_again(second, f"broker {second}, leader again after a restart")
+
+    c = _connect(run, second)
+    try:
+        values = [v for _o, v in kafka_wire.fetch(c, "idem", 0, 0).records]
+    finally:
+        c.close()
+    assert values == [b"i%d" % seq for seq in range(6)], f"the log holds {values}"
+
+
+def test_controlled_shutdown_and_preferred_election_choose_in_sync_replicas(chaos_run, nemesis):
+    """docs/design.md#controlled-shutdown, #preferred-election, #g-durability.
+    One follower is alive but out of the ISR (cut off from the other
+    brokers, not from ZooKeeper). It comes first in the replica list of
+    topic cs, and it is the preferred replica of topic pf. A controlled
+    shutdown of cs's leader must hand the leadership to the in-sync
+    follower, and a preferred replica election must not make the cut-off
+    broker pf's leader: it misses acknowledged writes."""
+    run = chaos_run
+    zk = ZkView(run.zk)
+    controller = wait_for(zk.controller, 30, "a controller")
+    leader, lagging = [b for b in (1, 2, 3) if b != controller]
+    run.create_topics({"cs": 1, "pf": 1}, 3, assignment={"cs": {0: [leader, lagging, controller]},
+                                                         "pf": {0: [lagging, controller, leader]}})
+
+    def full(topic: str, want_leader: int) -> bool:
+        lai = zk.lai(topic, 0)
+        return len(lai.isr) == 3 and lai.leader == want_leader
+
+    wait_for(lambda: full("cs", leader) and full("pf", lagging), 30, "both topics with a full ISR")
+    # pf's preferred replica hands its leadership over and comes back as a follower.
+    stopped = nemesis.inject("stop", f"broker-{lagging}")
+    stopped.stop()
+    wait_for(lambda: full("cs", leader) and full("pf", controller), 60,
+             f"broker {lagging} back in both ISRs, broker {controller} leading pf")
+    for topic in ("cs", "pf"):
+        conn = _connect_leader(run, zk.lai(topic, 0).leader, topic)
+        try:
+            assert kafka_wire.produce(conn, topic, 0, [b"before"])[0] == E.NONE
+        finally:
+            conn.close()
+    nemesis.inject("partition-isolate", f"broker-{lagging}", among="brokers")
+    wait_for(lambda: lagging not in zk.lai("cs", 0).isr and lagging not in zk.lai("pf", 0).isr,
+             LAG_S + 15, f"broker {lagging}, cut off from the other brokers, out of both ISRs")
+
+    nemesis.inject("stop", f"broker-{leader}")
+    lai = wait_for(lambda: zk.lai("cs", 0).leader not in (leader, -1) and zk.lai("cs", 0), 60,
+                   f"the leadership of cs moving off the stopped broker {leader}")
+    assert lai.leader == controller and lai.leader in lai.isr, (
+        f"the controlled shutdown of broker {leader} made broker {lai.leader} leader of cs with "
+        f"ISR {list(lai.isr)}; broker {lagging} was out of the ISR")
+
+    election = nemesis.inject("elect-preferred")
+    wait_for(election.done, 60, "the preferred replica election finished")
+    lai = zk.lai("pf", 0)
+    assert lai.leader == controller and lai.leader in lai.isr, (
+        f"a preferred replica election made broker {lai.leader} leader of pf with ISR "
+        f"{list(lai.isr)}; the preferred replica {lagging} was out of the ISR")
+
+
+def test_a_batch_that_fails_its_crc_is_refused_and_not_stored(chaos_run):
+    """docs/design.md#log. A produce request whose batch was damaged on the
+    way (one byte of a value flipped, the CRC left as it was) is refused with
+    CORRUPT_MESSAGE and nothing is appended: a consumer would otherwise read
+    a value no producer sent."""
+    run = chaos_run
+    zk = ZkView(run.zk)
+    run.create_topics({"crc": 1}, 3)
+    leader = wait_for(lambda: zk.lai("crc", 0).leader > 0 and zk.lai("crc", 0).leader, 30,
+                      "a leader for crc/0")
+    conn = _connect_leader(run, leader, "crc")
+    try:
+        assert kafka_wire.produce(conn, "crc", 0, [b"intact"]) == (E.NONE, 0)
+        batch = bytearray(kafka_wire.record_batch([b"damaged"]))
+        batch[-1] ^= 0x01                      # the last byte of the value
+        err, _ = kafka_wire.produce_batch(conn, "crc", 0, bytes(batch))
+        assert err == E.CORRUPT_MESSAGE, f"a batch failing its CRC was answered {E.name(err)}"
+        assert kafka_wire.list_offset(conn, "crc", 0, -1) == (E.NONE, 1), "the log grew"
+    finally:
+        conn.close()
