@@ -78,6 +78,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from cluster.protocol import control  # noqa: E402
+from cluster.protocol import errors as E  # noqa: E402
 from harness.zookeeper import StandaloneZooKeeper  # noqa: E402
 
 KAFKA = {  # Kafka's published figures (references.md, "Numbers to beat")
@@ -185,7 +186,7 @@ def _serve(st: _FakeState, bid: int, conn: socket.socket) -> None:
             header, body = control.decode_request(frame)
             st.on_request(bid, t_recv, body)
             try:
-                conn.sendall(control.encode_response(control.response_for(body, control.NONE),
+                conn.sendall(control.encode_response(control.response_for(body, E.NONE),
                                                      header.correlation_id))
             except OSError:
                 return
@@ -584,7 +585,7 @@ def case_controlled_shutdown(zk_server, fakes, catcher, n: int, per_topic: int) 
         still = sum(1 for lai in leaders.values() if lai.leader == victim)
         dead_leader = sum(1 for lai in leaders.values() if lai.leader not in (1, 3))
         in_isr = sum(1 for lai in leaders.values() if victim in lai.isr)
-        ok = err == control.NONE and not remaining and still == 0 and dead_leader == 0
+        ok = err == E.NONE and not remaining and still == 0 and dead_leader == 0
         progress(f"  answer after {t_answer:.2f}s (error {err}, {len(remaining)} remaining); "
                  f"new leaders delivered to brokers 1 and 3 after {t_moved:.2f}s; "
                  f"ZooKeeper: {still} still led by {victim}, {in_isr} ISRs still with {victim}")
