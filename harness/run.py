@@ -85,6 +85,18 @@ class RunSpec:
                 "quiet_s": self.quiet_s, "final_timeout_s": self.final_timeout_s,
                 "settle_s": self.settle_s, "mechanism": self.mechanism, "checker": self.checker}
 
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "RunSpec":
+        """The spec `to_json` wrote (a run's run.json keeps it as `spec`):
+        a replay of the whole run, settings and schedule. KeyError or
+        ValueError when something is missing or wrong."""
+        return cls(cluster=ClusterSpec(**d["cluster"]), backend=str(d["backend"]),
+                   replication_factor=int(d["replication_factor"]),
+                   workload=WorkloadSpec.from_json(d["workload"]),
+                   schedule=Schedule.from_json(d["schedule"]), quiet_s=float(d["quiet_s"]),
+                   final_timeout_s=float(d["final_timeout_s"]), settle_s=float(d["settle_s"]),
+                   mechanism=str(d["mechanism"]), checker=d.get("checker"))
+
 
 class Run:
     """A run against a started cluster; its steps are methods, called in

@@ -16,7 +16,7 @@ import argparse
 import json
 import random
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +161,9 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--schedule", metavar="FILE",
                    help="replay this schedule as it is (from --print-schedule --json, a run's "
                         "run.json, or its run directory) instead of drawing one")
+    g.add_argument("--spec", metavar="FILE",
+                   help="replay a whole run, settings and schedule: a run directory, its "
+                        "run.json, or the spec.json of `chaoslog shrink`")
     g.add_argument("--print-schedule", action="store_true", help="print the schedule and exit")
     g.add_argument("--json", action="store_true", help="with --print-schedule: as JSON")
     g.add_argument("--list-faults", action="store_true", help="print the fault catalogue and exit")
@@ -176,36 +179,79 @@ DRAWING = {"faults": "", "target": [], "param": [], "seed": None, "interval": "5
            "overlap": 1, "fault_duration": "5,15"}
 
 
-def load_schedule(path: str) -> Schedule:
-    """The schedule to replay: a file of `--print-schedule --json`, a run's
-    run.json (its `schedule`), or a run directory (its run.json)."""
+def _read_json(option: str, path: str) -> Any:
+    """A JSON file, or a run directory's run.json."""
     p = Path(path)
     if p.is_dir():
         p = p / "run.json"
     try:
-        d = json.loads(p.read_text())
+        return json.loads(p.read_text())
     except OSError as e:
-        raise Refused(f"--schedule {path}: cannot read {p}: {e.strerror}") from None
+        raise Refused(f"{option} {path}: cannot read {p}: {e.strerror}") from None
     except ValueError as e:
-        raise Refused(f"--schedule {path}: {p} is not JSON ({e})") from None
+        raise Refused(f"{option} {path}: {p} is not JSON ({e})") from None
+
+
+def load_spec(path: str) -> RunSpec:
+    """The whole run to replay, settings and schedule: a spec.json written by
+    `chaoslog shrink`, a run's run.json (its `spec`) or its run directory."""
+    d = _read_json("--spec", path)
+    if isinstance(d, dict) and "cluster" in d and isinstance(d.get("spec"), dict):
+        d = d["spec"]   # a run.json
+    try:
+        spec = RunSpec.from_json(d)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise Refused(f"--spec {path}: not a run's spec (missing or bad field {e}); a run made by "
+                      f"`chaoslog run` keeps it in its run.json") from None
+    _check_faults("--spec", path, spec.schedule)
+    return spec
+
+
+def _check_faults(option: str, path: str, schedule: Schedule) -> None:
+    for step in schedule.steps:
+        try:
+            injectors.kind(step.fault)
+        except FaultError as e:
+            raise Refused(f"{option} {path}: {e}") from None
+    if schedule.duration_s <= 0 or schedule.quiet_s < 0:
+        raise Refused(f"{option} {path}: duration_s must be positive and quiet_s not negative")
+
+
+def load_schedule(path: str) -> Schedule:
+    """The schedule to replay: a file of `--print-schedule --json`, a run's
+    run.json (its `schedule`), or a run directory (its run.json)."""
+    d = _read_json("--schedule", path)
     if isinstance(d, dict) and "steps" not in d and isinstance(d.get("schedule"), dict):
         d = d["schedule"]   # a run.json
     try:
         schedule = Schedule.from_json(d)
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise Refused(f"--schedule {path}: not a schedule (missing or bad field {e})") from None
-    for step in schedule.steps:
-        try:
-            injectors.kind(step.fault)
-        except FaultError as e:
-            raise Refused(f"--schedule {path}: {e}") from None
-    if schedule.duration_s <= 0 or schedule.quiet_s < 0:
-        raise Refused(f"--schedule {path}: duration_s must be positive and quiet_s not negative")
+    _check_faults("--schedule", path, schedule)
     return schedule
+
+
+# Options --spec leaves as they are: where the run goes and how it is checked.
+NOT_IN_A_SPEC = {"spec", "out", "no_analysis", "backend", "print_schedule", "json", "func",
+                 "command", "list_faults"}
+
+
+def replay_spec(a: argparse.Namespace, defaults: argparse.Namespace) -> RunSpec:
+    """--spec: the run of the file, only its output and checking chosen here."""
+    given = [f"--{k.replace('_', '-')}" for k, v in vars(a).items()
+             if k not in NOT_IN_A_SPEC and v != getattr(defaults, k, v)]
+    if given:
+        raise Refused(f"--spec replays a whole run as it is: drop {', '.join(sorted(given))}")
+    spec = load_spec(a.spec)
+    return replace(spec, backend=a.backend or spec.backend,
+                   out=Path(a.out) if a.out else None,
+                   checker=None if a.no_analysis else (spec.checker or "spark"))
 
 
 def spec_from_args(a: argparse.Namespace) -> RunSpec:
     """Everything `run` needs, checked; raises Refused with the reason."""
+    if getattr(a, "spec", None):
+        return replay_spec(a, _defaults())
     replay = load_schedule(a.schedule) if a.schedule else None
     if replay is not None:
         given = [f"--{k.replace('_', '-')}" for k, default in DRAWING.items()
@@ -306,6 +352,13 @@ def spec_from_args(a: argparse.Namespace) -> RunSpec:
                    final_timeout_s=a.final_timeout, mechanism=a.mechanism,
                    checker=None if a.no_analysis else "spark",
                    out=Path(a.out) if a.out else None)
+
+
+def _defaults() -> argparse.Namespace:
+    """The options of `chaoslog run` as they are when none is given."""
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    return parser.parse_args(["run"])
 
 
 def print_catalogue() -> None:

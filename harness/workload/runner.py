@@ -62,6 +62,15 @@ class WorkloadSpec:
         d["partitions"] = [f"{t}/{p}" for t, p in self.partitions()]
         return d
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "WorkloadSpec":
+        """The spec `to_json` wrote (its derived keys are ignored)."""
+        plain = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        plain["topics"] = {str(t): int(n) for t, n in d["topics"].items()}
+        plain["producer"] = ProducerSettings(**d.get("producer") or {})
+        plain["mix"] = tuple(ProducerSettings(**m) for m in d.get("mix") or ())
+        return cls(**plain)
+
 
 class WorkerHandle(Protocol):
     name: str

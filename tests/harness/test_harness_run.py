@@ -178,3 +178,45 @@ def test_fault_then_heal_from_another_process(tmp_path, monkeypatch, capsys):
         assert not fault_cli.fault_state_path("byhand").exists()
     finally:
         attach("byhand").destroy()
+
+
+def _spec_json(seed=4):
+    from faults.nemesis import make_schedule
+    from harness.backends.base import ClusterSpec
+    from harness.run import RunSpec
+    from harness.workload import WorkloadSpec
+    from harness.workload.clients import ProducerSettings
+    spec = RunSpec(ClusterSpec(broker_config={"min.insync.replicas": 2}), "local", 3,
+                   WorkloadSpec({"t": 2}, mix=(ProducerSettings(acks="1"), ProducerSettings())),
+                   make_schedule(seed, ["kill", "pause"], duration_s=40))
+    return json.loads(json.dumps(spec.to_json()))
+
+
+def test_a_whole_run_replays_from_its_spec(tmp_path, capsys):
+    """--spec takes a run directory, its run.json or a bare spec, and replays
+    the run's schedule (and everything else) as it was."""
+    from harness.run import RunSpec
+    d = _spec_json()
+    assert json.loads(json.dumps(RunSpec.from_json(d).to_json())) == d
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "run.json").write_text(json.dumps({"run": "x", "cluster": {}, "spec": d}))
+    (tmp_path / "spec.json").write_text(json.dumps(d))
+    for source in (run_dir, run_dir / "run.json", tmp_path / "spec.json"):
+        assert cli("run", "--spec", str(source), "--print-schedule", "--json") == 0
+        assert json.loads(capsys.readouterr().out) == d["schedule"]
+
+
+@pytest.mark.parametrize("content,extra,message", [
+    (None, [], "cannot read"),
+    ('{"cluster": {}}', [], "not a run's spec"),
+    ("SPEC", ["--brokers", "5", "--seed", "2"], "drop --brokers, --seed"),
+    ("SPEC", ["--schedule", "x.json"], "drop --schedule"),
+])
+def test_a_bad_spec_is_refused_in_one_line(tmp_path, capsys, content, extra, message):
+    path = tmp_path / "spec.json"
+    if content is not None:
+        path.write_text(json.dumps(_spec_json()) if content == "SPEC" else content)
+    assert cli("run", "--spec", str(path), *extra) == EXIT_REFUSED
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
