@@ -20,6 +20,7 @@ import argparse
 import json
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,7 @@ def cmd_shrink(a: argparse.Namespace) -> int:
             raise Refused(f"--tries {a.tries}: at least 1")
         run_dir = Path(a.run_dir)
         spec, target = load_failing_run(run_dir, a.anomaly)
+        spec = replace(spec, checker=a.checker)
         out = Path(a.out) if a.out else run_dir / "shrunk"
         if (out / "shrink.json").exists():
             raise Refused(f"{out} already holds a shrink (shrink.json): choose another --out")
@@ -166,5 +168,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--tries", type=int, default=3,
                    help="runs per candidate before it counts as not reproducing (default 3)")
     p.add_argument("--budget", default="4h", help="time for the whole search (default 4h)")
+    p.add_argument("--checker", choices=("reference", "spark"), default="reference",
+                   help="the checker of each try (default reference: a try's history is small "
+                        "and a new Spark JVM per try costs more than the check)")
     p.add_argument("--out", help="where the reproducer goes (default RUN_DIR/shrunk)")
     p.set_defaults(func=cmd_shrink)

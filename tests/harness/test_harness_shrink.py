@@ -187,6 +187,7 @@ def test_shrink_writes_a_reproducer_that_replays(tmp_path, capsys, monkeypatch):
     out = run_dir / "shrunk"
     spec = RunSpec.from_json(json.loads((out / "spec.json").read_text()))
     assert [s.fault for s in spec.schedule.steps] == ["pause", "partition-halves"]
+    assert spec.checker == "reference"   # tries are checked by the (quicker) reference checker
     assert (out / "command.txt").read_text().strip() == f"chaoslog run --spec {out / 'spec.json'}"
     log = json.loads((out / "shrink.json").read_text())
     assert log["steps"] == {"before": 6, "after": 2} and log["confirmed"]["reproduced"] == 1
