@@ -110,14 +110,14 @@ class Shrinker:
 
     # -- one candidate ---------------------------------------------------------------------
     def reproduces(self, spec: RunSpec, stage: str, what: str, tries: int | None = None,
-                   stop_at_first: bool = True) -> bool:
+                   stop_at_first: bool = True, budgeted: bool = True) -> bool:
         key = json.dumps(spec.to_json(), sort_keys=True)
         if stop_at_first and key in self._seen:
             return self._seen[key]
         a = Attempt(stage, what, len(spec.schedule.steps))
         self.attempts.append(a)
         for _ in range(tries or self.tries):
-            if self.clock() >= self.deadline:
+            if budgeted and self.clock() >= self.deadline:
                 self.log(f"{stage}: {what}: out of time")
                 break
             self.runs += 1
@@ -188,8 +188,9 @@ class Shrinker:
 
     # -- the result ------------------------------------------------------------------------
     def confirm(self, spec: RunSpec) -> Attempt:
-        """The final reproducer, run `tries` times: how often it fails."""
-        self.reproduces(spec, "confirm", "the shrunk run", stop_at_first=False)
+        """The final reproducer, run `tries` times: how often it fails (after
+        the budget too: a reproducer comes with its count)."""
+        self.reproduces(spec, "confirm", "the shrunk run", stop_at_first=False, budgeted=False)
         return self.attempts[-1]
 
 

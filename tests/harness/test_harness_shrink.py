@@ -133,6 +133,7 @@ def test_the_budget_ends_the_search_with_a_reproducer_that_did_fail(tmp_path):
     # ddmin's 7th run dropped two faults, the 8th (started at 700 s) did not
     # help, and no run starts past the budget
     assert s.runs == 8 and len(small.schedule.steps) == 4 and loss_when(small)
+    assert s.confirm(small).tries == 1    # the confirmation runs past the budget
 
 
 # -- chaoslog shrink --------------------------------------------------------------------------
