@@ -16,10 +16,12 @@ def _subcommand_modules():
     import harness.demo
     import harness.fault_cli
     import harness.images_cli
+    import harness.campaign_cli
     import harness.run_cli
     import harness.shrink_cli
     import reports.cli
     return (harness.demo, harness.cluster_cli, harness.run_cli, harness.shrink_cli,
+            harness.campaign_cli,
             harness.fault_cli, cluster.admin, reports.cli, faults.proxy.cli, harness.images_cli)
 
 

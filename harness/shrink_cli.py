@@ -24,23 +24,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from harness.campaign import parse_budget
 from harness.run import RunSpec, execute, log_line
 from harness.shrink import Shrinker
 
 EXIT_SHRUNK, EXIT_NOT_REPRODUCED, EXIT_REFUSED = 0, 1, 2
-UNITS = {"s": 1, "m": 60, "h": 3600}
 
 
 class Refused(ValueError):
     """The run cannot be shrunk; the message says why and what to do."""
-
-
-def parse_budget(text: str) -> float:
-    """'90', '45m', '8h' -> seconds."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
-    if not m or float(m[1]) <= 0:
-        raise Refused(f"--budget {text!r}: a positive time such as 3600, 90m or 8h")
-    return float(m[1]) * UNITS[m[2] or "s"]
 
 
 def load_failing_run(run_dir: Path, anomalies: list[str]) -> tuple[RunSpec, set[str]]:
@@ -126,7 +118,10 @@ def write_reproducer(out: Path, source: Path, spec: RunSpec, target: set[str],
 
 def cmd_shrink(a: argparse.Namespace) -> int:
     try:
-        budget = parse_budget(a.budget)
+        try:
+            budget = parse_budget(a.budget)
+        except ValueError as e:
+            raise Refused(str(e)) from None
         if a.tries < 1:
             raise Refused(f"--tries {a.tries}: at least 1")
         run_dir = Path(a.run_dir)

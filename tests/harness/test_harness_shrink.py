@@ -12,6 +12,7 @@ import harness.run_cli as run_cli
 import harness.shrink_cli as shrink_cli
 from faults.nemesis import Schedule, Step
 from harness.backends.base import ClusterSpec
+from harness.campaign import parse_budget
 from harness.run import RunSpec
 from harness.shrink import MIN_STEP_S, RUN_MARGIN_S, Shrinker, ddmin
 from harness.workload import WorkloadSpec
@@ -178,7 +179,7 @@ def test_what_cannot_be_shrunk_is_refused_in_one_line(tmp_path, capsys, setup, a
 
 
 def test_budgets_read_as_people_write_them():
-    assert [shrink_cli.parse_budget(t) for t in ("90", "45m", "8h", "1.5h")] == [90, 2700, 28800, 5400]
+    assert [parse_budget(t) for t in ("90", "45m", "8h", "1.5h")] == [90, 2700, 28800, 5400]
 
 
 def test_shrink_writes_a_reproducer_that_replays(tmp_path, capsys, monkeypatch):

@@ -1,0 +1,226 @@
+"""`chaoslog campaign [FILE] --budget 8h --out DIR`: the nightly job.
+
+Runs randomized chaos runs (harness/campaign.py: the matrix, the seeds, the
+state) back to back until the budget is spent, with a progress line. A run
+that errors is recorded with its reason and the campaign goes on. Between
+runs it checks that the run left no container behind (and removes any).
+A failing run is shrunk (`chaoslog shrink`) within the campaign's
+shrink_budget, its reproducer written next to it. Killed at any moment, the
+same command resumes: OUT/campaign.json says what ran.
+
+Exit codes: 0 every run valid, 1 some run found an anomaly, 2 refused
+(bad file or arguments), 4 no run could be judged.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
+
+from harness import run_cli
+from harness.campaign import (DEFAULT_FILE, Campaign, CampaignError, CampaignState,
+                              PlannedRun, parse_budget)
+from harness.run import RunSpec, execute, log_line
+
+EXIT_VALID, EXIT_INVALID, EXIT_REFUSED, EXIT_NOTHING = 0, 1, 2, 4
+# A run is not started when less than its length plus this remains.
+START_MARGIN_S = 60.0
+
+
+def spec_of(campaign: Campaign, planned: PlannedRun, run_dir: Path, backend: str | None) -> RunSpec:
+    """The RunSpec of a planned run, checked as `chaoslog run` checks its
+    options (CampaignError names the cell)."""
+    argv = ["run", *planned.argv, "--out", str(run_dir)]
+    if backend:
+        argv += ["--backend", backend]
+    parser = argparse.ArgumentParser(prog="chaoslog campaign", add_help=False)
+    run_cli.add_parser(parser.add_subparsers())
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit:
+        raise CampaignError(f"{planned.label}: `chaoslog run` does not take {planned.argv}") from None
+    try:
+        spec = run_cli.spec_from_args(args)
+    except run_cli.Refused as e:
+        raise CampaignError(f"{planned.label}: {e}") from None
+    return replace(spec, checker=campaign.checker)
+
+
+def check_matrix(campaign: Campaign, backend: str | None) -> None:
+    """Every cell once, before anything runs."""
+    for i in range(len(campaign.combinations())):
+        spec_of(campaign, campaign.plan(i), Path("/nonexistent"), backend)
+
+
+def leftovers() -> list[str]:
+    """Containers and networks this process started and did not remove."""
+    try:
+        from harness import reaper
+        from harness.docker_engine import docker_client
+        client = docker_client()
+    except Exception:  # noqa: BLE001 - no engine: nothing of ours can be left there
+        return []
+    mine = reaper.owner_token()
+    left = []
+    for c in client.containers.list(all=True, filters={"label": f"{reaper.OWNER_LABEL}={mine}"}):
+        left.append(f"container {c.name}")
+        c.remove(force=True, v=True)
+    for n in client.networks.list(filters={"label": f"{reaper.OWNER_LABEL}={mine}"}):
+        left.append(f"network {n.name}")
+        n.remove()
+    return left
+
+
+def reap_orphans() -> list[str]:
+    """What a killed campaign left running (its owner process is gone)."""
+    try:
+        from harness import reaper
+        return reaper.reap_docker() + reaper.reap_local()
+    except Exception:  # noqa: BLE001 - no engine: nothing to reap there
+        return []
+
+
+class CampaignRunner:
+    """The loop. `run(spec)` makes one run (harness.run.execute),
+    `shrink(run_dir, spec, fatal, budget_s)` shrinks a failure, `left()`
+    lists (and removes) what a run left behind; tests hand in fakes."""
+
+    def __init__(self, campaign: Campaign, out: Path, *, budget_s: float,
+                 backend: str | None = None,
+                 run: Callable[[RunSpec], Any] | None = None,
+                 shrink: Callable[[Path, RunSpec, set[str], float], dict[str, Any]] | None = None,
+                 left: Callable[[], list[str]] = leftovers,
+                 clock: Callable[[], float] = time.monotonic,
+                 log: Callable[[str], None] = log_line) -> None:
+        self.campaign = campaign
+        self.out = Path(out)
+        self.budget_s = budget_s
+        self.backend = backend
+        self.run = run or (lambda spec: execute(spec, log=lambda m: None))
+        self.shrink = shrink or shrink_failure
+        self.left = left
+        self.clock = clock
+        self.log = log
+
+    def go(self) -> CampaignState:
+        self.out.mkdir(parents=True, exist_ok=True)
+        state = CampaignState.open(self.out, self.campaign)
+        for r in state.interrupted():
+            self.log(f"run {r['index']} ({r['label']}) was interrupted; its directory is kept")
+        while True:
+            index = len(state.runs)
+            planned = self.campaign.plan(index)
+            run_dir = self.out / "runs" / f"{index:04d}"
+            spec = spec_of(self.campaign, planned, run_dir, self.backend)
+            if self.budget_s - state.spent_s < spec.schedule.duration_s + START_MARGIN_S:
+                break
+            record: dict[str, Any] = {"index": index, "label": planned.label, "cell": planned.cell,
+                                      "seed": planned.seed, "argv": planned.argv,
+                                      "run_dir": str(run_dir), "status": "started"}
+            state.runs.append(record)
+            state.save()
+            self.log(f"run {index} ({planned.label}, seed {planned.seed}, "
+                     f"{spec.schedule.duration_s:g} s): started; {self._progress(state)}")
+            t0 = self.clock()
+            try:
+                self._one(spec, record, state, t0)
+            finally:
+                state.spent_s += self.clock() - t0
+                state.save()
+        self.log(f"campaign {self.campaign.name} done: {self._progress(state)}")
+        return state
+
+    def _one(self, spec: RunSpec, record: dict[str, Any], state: CampaignState, t0: float) -> None:
+        try:
+            result = self.run(spec)
+        except Exception as e:  # noqa: BLE001 - recorded; the campaign goes on
+            record.update(status="error", reason=f"{type(e).__name__}: {e}")
+        else:
+            summary = getattr(result.verdict, "summary", None) or {}
+            fatal = sorted(summary.get("fatal") or [])
+            record.update(status="done", exit_code=result.exit_code,
+                          verdict=summary.get("verdict") or getattr(result.verdict, "verdict", None)
+                          or "unjudged", fatal=fatal)
+            if result.exit_code not in (0, 1) and not summary:
+                record["reason"] = (result.outcome or {}).get("error") or f"exit {result.exit_code}"
+        left = self.left()
+        if left:
+            record["left_behind"] = left
+            self.log(f"run {record['index']} left {', '.join(left)} behind (removed)")
+        state.save()
+        fatal_types = set(record.get("fatal") or [])
+        remaining = self.budget_s - state.spent_s - (self.clock() - t0)
+        if fatal_types and self.campaign.shrink and remaining > 0:
+            try:
+                record["shrunk"] = self.shrink(Path(record["run_dir"]), spec, fatal_types,
+                                               min(self.campaign.shrink_budget_s, remaining))
+            except Exception as e:  # noqa: BLE001 - recorded; the campaign goes on
+                record["shrunk"] = {"error": f"{type(e).__name__}: {e}"}
+        self.log(f"run {record['index']}: {record.get('verdict', record['status'])}"
+                 f"{' ' + ','.join(record.get('fatal') or []) if record.get('fatal') else ''}"
+                 f"{' (' + record['reason'] + ')' if record.get('reason') else ''}")
+
+    def _progress(self, state: CampaignState) -> str:
+        counts = ", ".join(f"{n} {k}" for k, n in sorted(state.counts().items())) or "no runs yet"
+        return (f"{counts}; {_hms(state.spent_s)} of {_hms(self.budget_s)} spent")
+
+
+def shrink_failure(run_dir: Path, spec: RunSpec, fatal: set[str], budget_s: float) -> dict[str, Any]:
+    """chaoslog shrink's search on a campaign's failure, into RUN_DIR/shrunk."""
+    from harness.shrink import Shrinker
+    from harness.shrink_cli import replay, write_reproducer
+    out = run_dir / "shrunk"
+    out.mkdir(parents=True, exist_ok=True)
+    shrinker = Shrinker(replace(spec, out=None), fatal, replay, out, tries=2, budget_s=budget_s,
+                        log=log_line)
+    small = shrinker.shrink()
+    confirmed = shrinker.confirm(small)
+    write_reproducer(out, run_dir, small, fatal, shrinker, confirmed)
+    return {"dir": str(out), "faults": len(small.schedule.steps),
+            "reproduced": confirmed.reproduced, "tries": confirmed.tries}
+
+
+def _hms(s: float) -> str:
+    s = int(s)
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def cmd_campaign(a: argparse.Namespace) -> int:
+    try:
+        campaign = Campaign.load(Path(a.file) if a.file else DEFAULT_FILE)
+        budget = parse_budget(a.budget) if a.budget else campaign.budget_s
+        check_matrix(campaign, a.backend)
+    except (CampaignError, ValueError) as e:
+        print(f"chaoslog campaign: error: {e}", file=sys.stderr)
+        return EXIT_REFUSED
+    out = Path(a.out)
+    reaped = reap_orphans()
+    if reaped:
+        log_line(f"removed what a stopped run left: {', '.join(reaped)}")
+    log_line(f"campaign {campaign.name}: {len(campaign.combinations())} combination(s), "
+             f"budget {_hms(budget)}, into {out}")
+    try:
+        state = CampaignRunner(campaign, out, budget_s=budget, backend=a.backend).go()
+    except CampaignError as e:
+        print(f"chaoslog campaign: error: {e}", file=sys.stderr)
+        return EXIT_REFUSED
+    judged = [r for r in state.runs if r.get("verdict") in ("valid", "invalid")]
+    if any(r.get("verdict") == "invalid" for r in state.runs):
+        return EXIT_INVALID
+    return EXIT_VALID if judged else EXIT_NOTHING
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("campaign", help="randomized chaos runs back to back until a time budget "
+                                        "is spent; failures shrunk; resumable",
+                       description=__doc__.split("\n\n", 1)[1],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("file", nargs="?", metavar="FILE",
+                   help=f"the campaign (TOML); default: the shipped {DEFAULT_FILE.name}")
+    p.add_argument("--budget", help="time to spend, e.g. 8h or 90m (default: the file's)")
+    p.add_argument("--out", required=True, help="the campaign's directory (its state: campaign.json)")
+    p.add_argument("--backend", choices=("docker", "local"), help="default: docker when an engine answers")
+    p.set_defaults(func=cmd_campaign)

@@ -1,0 +1,198 @@
+"""Campaigns: the file, the matrix, the loop and its state (pure logic: a fake
+run stands for `harness.run.execute`)."""
+import argparse
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import harness.campaign_cli as campaign_cli
+from harness.campaign import DEFAULT_FILE, Campaign, CampaignError, CampaignState
+from harness.campaign_cli import CampaignRunner, check_matrix
+
+SMALL = {
+    "campaign": {"name": "t", "budget": "1h", "seed": 3, "base": ["--rate", "50"],
+                 "shrink_budget": "10m"},
+    "axes": {"config": {"fixed": ["--broker-config", "min.insync.replicas=2"],
+                        "loose": ["--broker-config", "min.insync.replicas=1"]},
+             "faults": {"kills": ["--faults", "kill"], "pauses": ["--faults", "pause"]},
+             "length": {"short": ["--duration", "60"]}},
+}
+
+
+def small(**campaign):
+    return Campaign.from_dict({**SMALL, "campaign": {**SMALL["campaign"], **campaign}}, "t.toml")
+
+
+# -- the file and the matrix ------------------------------------------------------------------
+
+@pytest.mark.parametrize("d,message", [
+    ({}, "no [campaign] table"),
+    ({"campaign": {"nmae": "x"}}, "unknown [campaign] keys nmae"),
+    ({"campaign": {}, "axes": {"config": {"a": "--brokers 3"}}}, "lists of `chaoslog run` options"),
+    ({"campaign": {}, "axes": {"config": {}}}, "lists of `chaoslog run` options"),
+    ({"campaign": {"budget": "tonight"}}, "budget 'tonight'"),
+    ({"campaign": {"checker": "jepsen"}}, "checker is reference or spark"),
+    ({"campaign": {"base": "--rate 5"}}, "base is a list"),
+])
+def test_a_bad_campaign_file_is_refused_with_the_reason(d, message):
+    with pytest.raises(CampaignError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        Campaign.from_dict(d, "c.toml")
+
+
+def test_an_unreadable_or_broken_file_is_refused(tmp_path):
+    with pytest.raises(CampaignError, match="cannot read"):
+        Campaign.load(tmp_path / "missing.toml")
+    (tmp_path / "bad.toml").write_text("[campaign\nname=")
+    with pytest.raises(CampaignError, match="not TOML"):
+        Campaign.load(tmp_path / "bad.toml")
+
+
+def test_the_runs_walk_every_cell_with_fresh_seeds_and_go_round_again():
+    c = small()
+    cells = [c.plan(i).cell for i in range(4)]
+    assert sorted(map(lambda x: tuple(sorted(x.items())), cells)) == sorted(
+        tuple(sorted({"config": a, "faults": f, "length": "short"}.items()))
+        for a in ("fixed", "loose") for f in ("kills", "pauses"))
+    assert c.plan(4).cell == c.plan(0).cell
+    seeds = [c.plan(i).seed for i in range(8)]
+    assert len(set(seeds)) == 8 and seeds == [small().plan(i).seed for i in range(8)]
+    p = c.plan(1)
+    assert p.argv[:2] == ["--rate", "50"] and p.argv[-2:] == ["--seed", str(p.seed)]
+
+
+def test_the_shipped_nightly_campaign_is_valid_in_every_cell():
+    c = Campaign.load(DEFAULT_FILE)
+    assert c.name == "nightly" and len(c.combinations()) == 18
+    check_matrix(c, "docker")
+
+
+def test_a_cell_chaoslog_run_refuses_is_refused_before_anything_runs():
+    c = Campaign.from_dict({**SMALL, "axes": {**SMALL["axes"], "faults": {
+        "kills": ["--faults", "kill"], "bad": ["--faults", "explode"]}}})
+    with pytest.raises(CampaignError, match="bad.*unknown fault 'explode'"):
+        check_matrix(c, "docker")
+
+
+# -- the loop ---------------------------------------------------------------------------------
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def fake_run(clock, verdicts, seconds=100.0):
+    """Each run takes `seconds`; verdicts in turn: 'valid', 'invalid' (lost),
+    'error' (raises), 'killed' (the campaign process dies: SystemExit)."""
+    it = iter(verdicts)
+
+    def run(spec):
+        clock.now += seconds
+        v = next(it)
+        if v == "error":
+            raise RuntimeError("docker went away")
+        if v == "killed":
+            raise SystemExit(137)
+        fatal = ["lost"] if v == "invalid" else []
+        return SimpleNamespace(exit_code=1 if fatal else 0, outcome={},
+                               verdict=SimpleNamespace(summary={"verdict": v, "fatal": fatal}))
+    return run
+
+
+def runner(tmp_path, clock, verdicts, budget=1000.0, shrunk=None, left=lambda: [], **kw):
+    calls = shrunk if shrunk is not None else []
+
+    def shrink(run_dir, spec, fatal, budget_s):
+        calls.append((run_dir, fatal, budget_s))
+        clock.now += 50
+        return {"dir": str(run_dir / "shrunk"), "faults": 1}
+    return CampaignRunner(small(**kw), tmp_path / "c", budget_s=budget, backend="docker",
+                          run=fake_run(clock, verdicts), shrink=shrink, left=left, clock=clock,
+                          log=lambda m: None)
+
+
+def test_runs_follow_each_other_until_the_budget_is_spent(tmp_path):
+    clock = Clock()
+    state = runner(tmp_path, clock, ["valid", "error", "valid", "valid", "valid", "valid"],
+                   budget=600).go()
+    # a 60 s run is started only while its length + 60 s remain: 5 runs of 100 s
+    assert [r["status"] for r in state.runs] == ["done", "error", "done", "done", "done"]
+    assert state.runs[1]["reason"] == "RuntimeError: docker went away"
+    assert state.spent_s == 500
+    saved = json.loads((tmp_path / "c" / "campaign.json").read_text())
+    assert saved["runs"] == state.runs and saved["spent_s"] == 500
+    assert [r["run_dir"] for r in state.runs] == [
+        str(tmp_path / "c" / "runs" / f"{i:04d}") for i in range(5)]
+
+
+def test_a_failure_is_shrunk_within_the_shrink_budget_and_the_time_counts(tmp_path):
+    clock, shrunk = Clock(), []
+    state = runner(tmp_path, clock, ["valid", "invalid", "valid", "valid"], budget=420,
+                   shrunk=shrunk).go()
+    assert [r.get("verdict") for r in state.runs] == ["valid", "invalid", "valid"]
+    (run_dir, fatal, budget), = shrunk
+    assert run_dir == Path(state.runs[1]["run_dir"]) and fatal == {"lost"}
+    assert budget == 420 - 200       # what was left of the campaign (< the 10 min shrink budget)
+    assert state.runs[1]["shrunk"]["faults"] == 1 and state.spent_s == 350
+
+
+def test_no_shrink_when_the_campaign_says_so(tmp_path):
+    clock, shrunk = Clock(), []
+    runner(tmp_path, clock, ["invalid"], budget=200, shrunk=shrunk, shrink=False).go()
+    assert shrunk == []
+
+
+def test_what_a_run_left_behind_is_recorded(tmp_path):
+    clock = Clock()
+    state = runner(tmp_path, clock, ["valid"], budget=200,
+                   left=lambda: ["container run-abc-broker-1"]).go()
+    assert state.runs[0]["left_behind"] == ["container run-abc-broker-1"]
+
+
+def test_a_killed_campaign_resumes_with_nothing_lost_or_run_twice(tmp_path):
+    clock = Clock()
+    with pytest.raises(SystemExit):
+        runner(tmp_path, clock, ["valid", "invalid", "killed"], budget=1000).go()
+    before = json.loads((tmp_path / "c" / "campaign.json").read_text())
+    assert [r["status"] for r in before["runs"]] == ["done", "done", "started"]
+    state = runner(tmp_path, clock, ["valid", "valid", "valid", "valid", "valid"],
+                   budget=1000).go()
+    assert state.runs[:2] == before["runs"][:2]                   # finished runs untouched
+    assert state.runs[2]["status"] == "interrupted"
+    assert [r["index"] for r in state.runs] == list(range(len(state.runs)))
+    assert len({r["seed"] for r in state.runs}) == len(state.runs)  # no seed run twice
+    assert state.spent_s <= 1000
+
+
+def test_another_campaigns_directory_is_refused(tmp_path):
+    CampaignState.open(tmp_path, small(name="other"))
+    with pytest.raises(CampaignError, match="holds campaign 'other'"):
+        CampaignState.open(tmp_path, small())
+    (tmp_path / "campaign.json").write_text("{")
+    with pytest.raises(CampaignError, match="damaged"):
+        CampaignState.open(tmp_path, small())
+
+
+def cli(*argv):
+    p = argparse.ArgumentParser()
+    campaign_cli.add_parser(p.add_subparsers())
+    a = p.parse_args(list(argv))
+    return a.func(a)
+
+
+@pytest.mark.parametrize("content,argv,message", [
+    (None, [], "cannot read"),
+    ("[campaign]\nbudget = 'x'", [], "budget 'x'"),
+    ("[campaign]", ["--budget", "soon"], "--budget 'soon'"),
+])
+def test_campaign_refuses_in_one_line(tmp_path, capsys, content, argv, message):
+    f = tmp_path / "c.toml"
+    if content is not None:
+        f.write_text(content)
+    assert cli("campaign", str(f), "--out", str(tmp_path / "o"), *argv) == campaign_cli.EXIT_REFUSED
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
