@@ -327,6 +327,11 @@ class Log:
         with self._lock:
             self._check_open()
             if offset >= self.log_end_offset:
+                # No record to remove, but an epoch this replica started as a
+                # leader and never wrote in may sit at the log end; the new
+                # leader's batches of an older epoch would otherwise replace
+                # the older epoch's entry (docs/design.md#truncation).
+                self.leader_epoch_cache.truncate_from_end(self.log_end_offset)
                 return
             if offset < self.log_start_offset:
                 self.truncate_fully_and_start_at(offset)

@@ -239,6 +239,7 @@ class Partition:
     def truncate_to(self, offset: int) -> bool:
         """Truncate the local log (follower); True if data was removed."""
         if offset >= self.leo:
+            self.log.truncate_to(offset)   # no data, but an empty epoch at the end goes
             return False
         self.log.truncate_to(offset)
         if self.hw > self.leo:

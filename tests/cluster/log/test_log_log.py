@@ -399,3 +399,29 @@ def test_concurrent_appends_and_reads(tmp_path):
     assert lg.log_end_offset == 800
     assert [o for o, _ in decode_values(read_all(lg))] == list(range(800))
     lg.close()
+
+
+def test_truncating_to_the_log_end_drops_an_epoch_never_written_in(tmp_path):
+    """A leader of epoch 3 that wrote nothing left (3, LEO) in its cache; as a
+    follower of a leader whose epoch-2 records go on past that offset, it is
+    told to truncate to its own end. The empty epoch must go then, or the
+    follower's append of those epoch-2 batches replaces epoch 2's entry with
+    one that starts where epoch 3 did (seen in a pressure run)."""
+    lg = Log(tmp_path / "t-0", small_config())
+    fill(lg, 5, epoch=1)                     # offsets 0..14
+    lg.append_as_follower(_follower_batch(15, epoch=2))
+    leo = lg.log_end_offset
+    lg.leader_epoch_cache.assign(3, leo)     # became leader of epoch 3, wrote nothing
+    lg.truncate_to(leo)
+    assert lg.leader_epoch_cache.entries() == [(1, 0), (2, 15)]
+    lg.append_as_follower(_follower_batch(leo, epoch=2))
+    assert lg.leader_epoch_cache.entries() == [(1, 0), (2, 15)]
+    lg.close()
+
+
+def _follower_batch(base_offset: int, epoch: int) -> bytes:
+    from cluster.log.batch import set_base_offset, set_leader_epoch
+    buf = bytearray(make_batch(3))
+    set_base_offset(buf, 0, base_offset)
+    set_leader_epoch(buf, 0, epoch)
+    return bytes(buf)
