@@ -69,9 +69,15 @@ class Broker:
         log.info("connected to ZooKeeper %s (session %#x), start epoch %d",
                  cfg["zookeeper.connect"], zk.session_id, self.start_epoch)
 
+        # A replica a pending reassignment is moving here is in the new
+        # replicas (RAR) only, not yet in the assignment: it is kept
+        # (docs/design.md#broker-startup). Read first, so that a reassignment
+        # completing meanwhile shows in the assignment read next.
+        reassigning = await zk.call(zk.pending_reassignment)
         assignments = await zk.call(zk.topic_assignments)
         assigned = {(t, p) for t, a in assignments.items()
                     for p, replicas in a.partitions.items() if self.broker_id in replicas}
+        assigned |= {tp for tp, rar in reassigning.items() if self.broker_id in rar}
         self.log_manager = LogManager(self.log_dir, LogConfig.from_broker_config(cfg))
         self.metadata = MetadataCache(self.broker_id, cfg.advertised)
         self.rm = ReplicaManager(cfg, self.log_manager, zk, self.metadata, self.start_epoch)

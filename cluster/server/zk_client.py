@@ -175,6 +175,17 @@ class ZkClient:
             out[topic] = TopicAssignment.decode(data)
         return out
 
+    def pending_reassignment(self) -> dict[tuple[str, int], tuple[int, ...]]:
+        """The reassignment in progress: partition -> its new replicas (RAR)."""
+        try:
+            data, _ = self.kazoo.retry(self.kazoo.get, zkpaths.REASSIGN_PARTITIONS)
+        except NoNodeError:
+            return {}
+        try:
+            return zkpaths.decode_reassignment(data)
+        except (ValueError, KeyError, TypeError):   # damaged: the controller says so
+            return {}
+
     def leader_and_isr(self, topic: str, partition: int) -> LeaderAndIsr | None:
         try:
             data, stat = self.kazoo.retry(self.kazoo.get,

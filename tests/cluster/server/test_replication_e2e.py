@@ -307,3 +307,25 @@ def test_stop_replica_init_flag_and_startup_cleanup(make_cluster):
     b2.start().wait_registered(c.zk)
     assert not (b2.log_dir / "gonewhiledown-0").exists()
     assert (b2.log_dir / "keep-0").exists()
+
+
+def test_a_replica_a_reassignment_moves_here_survives_a_restart(make_cluster):
+    """docs/design.md#broker-startup. While a reassignment moves moving-0 onto
+    broker 2, broker 2 is in the new replicas (RAR) only, not in the topic's
+    assignment; restarted then, it must keep its log: it may be the only
+    in-sync copy (a pressure run saw such a replica delete its log and be
+    elected with an empty one). Once no reassignment names it, a restart
+    deletes the replica as before."""
+    c = make_cluster(2)
+    c.hc.create_topic("moving", {0: (1, 2)})
+    b2 = c.brokers[2]
+    replica = b2.log_dir / "moving-0"
+    wait_until(replica.exists, 5, "the replica dir on broker 2")
+    c.zk.set(zkpaths.topic_path("moving"), TopicAssignment({0: (1,)}).encode())
+    c.zk.create(zkpaths.REASSIGN_PARTITIONS, zkpaths.encode_reassignment({("moving", 0): [1, 2]}),
+                makepath=True)
+    c.restart(2)
+    assert replica.exists(), "a restart deleted a replica a pending reassignment moves here"
+    c.zk.delete(zkpaths.REASSIGN_PARTITIONS)
+    c.restart(2)
+    assert not replica.exists(), "a replica assigned nowhere survived a restart"
