@@ -96,7 +96,7 @@ class CampaignRunner:
                  clock: Callable[[], float] = time.monotonic,
                  log: Callable[[str], None] = log_line) -> None:
         self.campaign = campaign
-        self.out = Path(out)
+        self.out = Path(out).absolute()   # run_dir in campaign.json holds wherever it is read
         self.budget_s = budget_s
         self.backend = backend
         self.run = run or (lambda spec: execute(spec, log=lambda m: None))

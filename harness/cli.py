@@ -12,17 +12,18 @@ def _subcommand_modules():
     # Imported lazily: `chaoslog proxy` must not pay for pyspark, and so on.
     import cluster.admin
     import faults.proxy.cli
+    import harness.campaign_cli
     import harness.cluster_cli
     import harness.demo
     import harness.fault_cli
     import harness.images_cli
-    import harness.campaign_cli
     import harness.run_cli
     import harness.shrink_cli
+    import harness.warehouse_cli
     import reports.cli
     return (harness.demo, harness.cluster_cli, harness.run_cli, harness.shrink_cli,
-            harness.campaign_cli,
-            harness.fault_cli, cluster.admin, reports.cli, faults.proxy.cli, harness.images_cli)
+            harness.campaign_cli, harness.fault_cli, cluster.admin, reports.cli,
+            harness.warehouse_cli, faults.proxy.cli, harness.images_cli)
 
 
 class OneLineErrors(argparse.ArgumentParser):

@@ -16,8 +16,10 @@ import time
 
 import pytest
 
+from cluster import admin, zkpaths
 from cluster.deadline import wait_until
 from cluster.protocol import errors as E
+from faults.injectors.zookeeper import expire_session, read_session
 from harness import kafka_wire, probes
 from harness.replicas import HW_CHECKPOINT, high_watermarks, read_broker
 from suite_helpers import SAFE, ZkView, wait_for
@@ -350,6 +352,155 @@ def test_idempotent_retries_are_written_once_across_failover_and_restart(chaos_r
     finally:
         c.close()
     assert values == [b"i%d" % seq for seq in range(6)], f"the log holds {values}"
+
+
+def test_a_truncated_batch_is_written_when_its_producer_retries_it(chaos_run, nemesis):
+    """docs/design.md#idempotence, #truncation, #g-idempotence. A leader cut
+    off from its followers appends a batch of an idempotent producer and
+    cannot commit it: the producer hears no success. The leadership moves;
+    back as a follower, the old leader truncates the batch away. Elected
+    again, it must take the producer's retry of that batch as a new write:
+    a broker that still counted the removed batch's sequence would answer
+    the retry as a duplicate and store nothing, losing an acknowledged write."""
+    run = chaos_run
+    zk = ZkView(run.zk)
+    leader = _led_by_a_follower_of_the_controller(run, zk, "trunc")
+    conn = _connect_leader(run, leader, "trunc")
+    try:
+        err, pid, epoch = kafka_wire.init_producer_id(conn)
+        assert err == E.NONE, f"InitProducerId answered {E.name(err)}"
+        for seq in range(3):
+            got = kafka_wire.produce(conn, "trunc", 0, [b"t%d" % seq], producer=(pid, epoch, seq))
+            assert got == (E.NONE, seq), f"batch {seq}: {E.name(got[0])} at offset {got[1]}"
+        nemesis.inject("partition-isolate", f"broker-{leader}", among="brokers")
+        err, _ = kafka_wire.produce(conn, "trunc", 0, [b"t3"], producer=(pid, epoch, 3),
+                                    timeout_ms=2000)
+        assert err != E.NONE, "a leader cut off from its followers committed an acks=all write"
+    finally:
+        conn.close()
+    assert read_broker(run.cluster.log_dir(f"broker-{leader}"), {"trunc"})[0][
+        "log_end_offset"] == 4, f"broker {leader} did not append the batch it could not commit"
+    nemesis.inject("move-leader")
+    wait_for(lambda: zk.lai("trunc", 0).leader not in (leader, -1), 60,
+             f"the leadership of trunc/0 moving away from broker {leader}")
+    nemesis.heal()
+    log_dir = run.cluster.log_dir(f"broker-{leader}")
+    wait_for(lambda: read_broker(log_dir, {"trunc"})[0]["log_end_offset"] == 3, 60,
+             f"broker {leader}, a follower again, truncating the batch it could not commit")
+    wait_for(lambda: leader in zk.lai("trunc", 0).isr, 60, f"broker {leader} in the ISR")
+    # The move made another broker preferred: make it the old leader again.
+    others = [r for r in zk.assignment("trunc")[0] if r != leader]
+    moved = admin.reassign(run.zk, {("trunc", 0): [leader, *others]}, wait=True)
+    assert moved["done"], moved
+    admin.preferred_election(run.zk, "trunc")
+    wait_for(lambda: zk.lai("trunc", 0).leader == leader, 60, f"broker {leader} leading again")
+    conn = _connect_leader(run, leader, "trunc")
+    try:
+        got = kafka_wire.produce(conn, "trunc", 0, [b"t3"], producer=(pid, epoch, 3))
+        assert got == (E.NONE, 3), f"the retry of batch 3 was answered {E.name(got[0])} at {got[1]}"
+        values = [v for _o, v in kafka_wire.fetch(conn, "trunc", 0, 0).records]
+    finally:
+        conn.close()
+    assert values == [b"t0", b"t1", b"t2", b"t3"], (
+        f"the log holds {values}: the retried batch was answered but not written")
+
+
+def test_a_leader_that_restarted_before_the_controller_noticed_is_handled_as_failed(
+        chaos_run, nemesis):
+    """docs/design.md#broker-failure, #g-durability. Leader L of bn/0 (not
+    the controller) crashes with a power loss: its unfsynced records are
+    gone (the broker fsyncs nothing, so all of them). Its old session is
+    expired at once, so it registers again as soon as it has restarted, and
+    the controller is frozen meanwhile: when it wakes up it sees L registered
+    with another start epoch, a "bounce". It must handle L as failed (elect
+    an in-sync follower, raising the leader epoch) and then as new. Left
+    leader, L would serve its empty log and its followers would truncate the
+    acknowledged records to match it."""
+    run = chaos_run
+    zk = ZkView(run.zk)
+    leader = _led_by_a_follower_of_the_controller(run, zk, "bn")
+    controller = zk.controller()
+    conn = _connect_leader(run, leader, "bn")
+    try:
+        for _ in range(5):
+            err, _ = kafka_wire.produce(conn, "bn", 0, [b"b" * 100] * 20)
+            assert err == E.NONE, E.name(err)
+        committed = kafka_wire.fetch(conn, "bn", 0, 0, max_bytes=1).high_watermark
+    finally:
+        conn.close()
+    epoch = zk.lai("bn", 0).leader_epoch
+    node = f"broker-{leader}"
+    session, password = read_session(run.cluster, node)
+    frozen = nemesis.inject("pause", f"broker-{controller}")
+    try:
+        crashed = nemesis.inject("lose-unfsynced", node)
+        expire_session(run.cluster.zookeeper_connect, session, password)
+        crashed.stop()  # restarts it and waits until it registered again
+    finally:
+        frozen.stop()
+    assert any("bn-0" in n for n in crashed.notes), crashed.notes
+    lai = wait_for(lambda: zk.lai("bn", 0).leader not in (leader, -1) and zk.lai("bn", 0), 60,
+                   f"the leadership of bn/0 moving off broker {leader}, which restarted unseen")
+    assert lai.leader_epoch > epoch, lai
+    conn = _connect_leader(run, lai.leader, "bn")
+    ends: list[tuple[int, int]] = []
+
+    def holds_every_committed_record() -> bool:
+        ends.append(kafka_wire.list_offset(conn, "bn", 0, -1))
+        return ends[-1] == (E.NONE, committed)
+
+    try:  # a new leader's high watermark reaches its log end once its followers fetch
+        held = wait_until(holds_every_committed_record, 30, 0.5)
+    finally:
+        conn.close()
+    assert held, (f"after broker {leader} restarted unseen without its records, the end offset "
+                  f"of bn/0 is {ends[-1][1]} ({E.name(ends[-1][0])}) while {committed} records "
+                  f"were committed")
+
+
+def test_a_reassignment_stops_old_replicas_only_once_the_new_ones_caught_up(chaos_run, nemesis):
+    """docs/design.md#reassignment, #g-durability. Partition r/0 moves from
+    [A, B] to [A, C] while C is cut off from the other brokers, so it cannot
+    copy A's log. The old replica B must stay (in the assignment and the
+    ISR) as long as C is not in the ISR: stopped early, the committed
+    records would be on A alone. Once the cut heals, C catches up and the
+    reassignment completes, with every committed record on C."""
+    run = chaos_run
+    zk = ZkView(run.zk)
+    controller = wait_for(zk.controller, 30, "a controller")
+    c = next(b for b in (1, 2, 3) if b != controller)
+    a, b = [x for x in (1, 2, 3) if x != c]
+    run.create_topics({"r": 1}, 2, assignment={"r": {0: [a, b]}})
+    wait_for(lambda: set(zk.lai("r", 0).isr) == {a, b}, 30, f"a full ISR [{a}, {b}]")
+    conn = _connect_leader(run, zk.lai("r", 0).leader, "r")
+    try:
+        for _ in range(10):
+            err, _ = kafka_wire.produce(conn, "r", 0, [b"r" * 100] * 100)
+            assert err == E.NONE, E.name(err)
+        committed = kafka_wire.fetch(conn, "r", 0, 0, max_bytes=1).high_watermark
+    finally:
+        conn.close()
+    nemesis.inject("partition-isolate", f"broker-{c}", among="brokers")
+    admin.reassign(run.zk, {("r", 0): [a, c]})
+
+    def stopped_early() -> str | None:
+        lai, ar = zk.lai("r", 0), zk.assignment("r")[0]
+        if b not in ar or b not in lai.isr or run.zk.exists(zkpaths.REASSIGN_PARTITIONS) is None:
+            return f"assignment {list(ar)}, ISR {list(lai.isr)}"
+        return None
+
+    early = wait_until(stopped_early, LAG_S + 5, 0.2)
+    assert early is None, (
+        f"the reassignment of r/0 to [{a}, {c}] stopped broker {b} while broker {c}, cut off, "
+        f"held nothing: {early}")
+    nemesis.heal()
+    wait_for(lambda: zk.assignment("r")[0] == (a, c)
+             and run.zk.exists(zkpaths.REASSIGN_PARTITIONS) is None, 90,
+             f"the reassignment to [{a}, {c}] completed after the cut healed")
+    held = read_broker(run.cluster.log_dir(f"broker-{c}"), {"r"})
+    assert held and held[0]["log_end_offset"] >= committed, (
+        f"broker {c} joined r/0 holding {held[0]['log_end_offset'] if held else 'nothing'} "
+        f"of {committed} committed records")
 
 
 def test_controlled_shutdown_and_preferred_election_choose_in_sync_replicas(chaos_run, nemesis):
