@@ -6,9 +6,10 @@ Spark SQL over the warehouse's tables, one HTML page, newest news first:
 
   1. new since the last night: anomaly types a configuration found in the
      latest night and not in the night before;
-  2. verdicts per night and configuration (and a chart of the share of
-     runs that found a fatal anomaly);
-  3. anomaly counts by type per night, and by the fault kinds of the runs;
+  2. verdicts per night and configuration, and a bar per night of its runs
+     (the invalid ones in red);
+  3. anomaly counts by type per night, and by the faults active when they
+     happened (a fault's window and 5 s after it);
   4. flake rate per campaign cell: the share of its runs that failed, where a
      cell both passed and failed;
   5. availability and p99 send latency per fault kind (seconds with no fault
@@ -20,7 +21,6 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from reports.charts import line_chart
 from reports.warehouse import register
 
 CSS = """
@@ -44,10 +44,10 @@ QUERIES = {
         SELECT night, type, count(*) AS instances, count(DISTINCT run) AS runs
         FROM anomalies WHERE fatal GROUP BY night, type ORDER BY night, type""",
     "types_per_fault": """
-        SELECT fault, t.type, count(DISTINCT r.run) AS runs
-        FROM (SELECT run, explode(faults) AS fault, fatal FROM runs) r
-        LATERAL VIEW explode(r.fatal) t AS type
-        GROUP BY fault, t.type ORDER BY runs DESC, fault""",
+        SELECT f.fault, a.type, count(*) AS instances, count(DISTINCT a.run) AS runs
+        FROM anomalies a JOIN faults f ON a.run = f.run
+          AND a.time_s BETWEEN f.start_s AND coalesce(f.stop_s, a.time_s) + 5
+        WHERE a.fatal GROUP BY f.fault, a.type ORDER BY instances DESC, f.fault""",
     "new": """
         WITH nights AS (SELECT DISTINCT night FROM runs),
              last AS (SELECT max(night) AS night FROM nights),
@@ -91,7 +91,8 @@ def collect(spark: Any, warehouse: Path) -> dict[str, list[dict[str, Any]]]:
     tables = register(spark, warehouse)
     if "runs" not in tables:
         raise ValueError(f"{warehouse} holds no runs table: load runs with `chaoslog warehouse` first")
-    needs = {"types_per_night": "anomalies", "availability": "faults", "latency": "seconds"}
+    needs = {"types_per_night": "anomalies", "types_per_fault": "faults",
+             "availability": "faults", "latency": "seconds"}
     return {name: ([r.asDict() for r in spark.sql(q).collect()]
                    if needs.get(name, "runs") in tables else [])
             for name, q in QUERIES.items()}
@@ -111,18 +112,38 @@ def _table(rows: list[dict[str, Any]], cols: list[str], bad: str | None = None) 
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
+def verdict_bars(verdicts: list[dict[str, Any]], nights: list[str]) -> str:
+    """An SVG bar per night: its runs, the invalid ones red on top."""
+    per = {n: [0, 0, 0] for n in nights}
+    for r in verdicts:
+        per[r["night"]][0] += r["valid"]
+        per[r["night"]][1] += r["invalid"]
+        per[r["night"]][2] += r["other"]
+    top = max((sum(v) for v in per.values()), default=1) or 1
+    w, h, bar = max(440, 70 * len(nights) + 60), 180, 36
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h + 40}" '
+           f'font-family="sans-serif" font-size="11">',
+           f'<text x="4" y="12">runs per night: valid (green), invalid (red), unjudged (grey)</text>']
+    for i, n in enumerate(nights):
+        x, y = 40 + 70 * i, h + 10
+        for count, colour in zip(per[n], ("#5aa469", "#d9534f", "#aaaaaa")):
+            height = (h - 30) * count / top
+            y -= height
+            if count:
+                out.append(f'<rect x="{x}" y="{y:.1f}" width="{bar}" height="{height:.1f}" '
+                           f'fill="{colour}"><title>{escape(n)}: {count}</title></rect>')
+        out.append(f'<text x="{x + bar / 2}" y="{h + 24}" text-anchor="middle">{escape(n)}</text>')
+        out.append(f'<text x="{x + bar / 2}" y="{y - 4:.1f}" text-anchor="middle">'
+                   f'{per[n][1]}/{sum(per[n])}</text>')
+    out.append("</svg>")
+    return "".join(out)
+
+
 def render(data: dict[str, list[dict[str, Any]]], warehouse: Path) -> str:
     verdicts = data["verdicts"]
     nights = sorted({r["night"] for r in verdicts})
     configs = sorted({r["config"] for r in verdicts})
-    series = []
-    for c in configs:
-        by_night = {r["night"]: r for r in verdicts if r["config"] == c}
-        series.append((c, [(i, by_night[n]["invalid"] / by_night[n]["runs"] if n in by_night else None)
-                           for i, n in enumerate(nights)]))
-    chart = line_chart("share of runs with a fatal anomaly, per night (x: night number below)",
-                       series, x_max=max(len(nights) - 1, 1), y_label="share")
-    night_keys = " · ".join(f"{i}: {escape(n)}" for i, n in enumerate(nights))
+    chart = verdict_bars(verdicts, nights)
     new = data["new"]
     news = ("<div class='news'>" + _table(new, ["config", "type", "runs", "night", "previous"])
             + "</div>") if new else "<p class='note'>nothing new: every fatal anomaly type of the " \
@@ -136,11 +157,11 @@ def render(data: dict[str, list[dict[str, Any]]], warehouse: Path) -> str:
 <h2>New since the night before</h2>{news}
 <h2>Verdicts per night and configuration</h2>
 {_table(verdicts, ["night", "config", "runs", "valid", "invalid", "other"], bad="invalid")}
-{chart}<p class="note">{night_keys}</p>
+{chart}
 <h2>Fatal anomalies by type, per night</h2>
 {_table(data["types_per_night"], ["night", "type", "instances", "runs"])}
-<h2>Fatal anomalies by the fault kinds of the run</h2>
-{_table(data["types_per_fault"], ["fault", "type", "runs"])}
+<h2>Fatal anomalies by the faults active when they happened</h2>
+{_table(data["types_per_fault"], ["fault", "type", "instances", "runs"])}
 <h2>Flaky cells (both passed and failed)</h2>
 {_table(data["flakes"], ["cell", "runs", "invalid", "rate"])}
 <h2>Availability and latency per fault kind</h2>
