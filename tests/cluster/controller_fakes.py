@@ -12,7 +12,7 @@ from typing import Any, Callable
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError
 
-from cluster import zkpaths
+from cluster import deadline, zkpaths
 from cluster.config import BrokerConfig
 from cluster.controller import Controller
 from cluster.protocol import control
@@ -22,14 +22,11 @@ from cluster.zkpaths import BrokerRegistration, LeaderAndIsr
 
 def wait_until(cond: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05,
                what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(interval)
+    """cluster.deadline.wait_until that fails the test when time runs out."""
+    v = deadline.wait_until(cond, timeout, interval)
+    if not v:
+        raise AssertionError(f"timed out waiting for {what}")
+    return v
 
 
 class FakeBroker:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
-from cluster import zkpaths
+from cluster import deadline, zkpaths
 from cluster.config import render_properties
 from cluster.protocol import control
 from cluster.zkpaths import LeaderAndIsr, TopicAssignment
@@ -28,14 +28,11 @@ PYTHON = sys.executable
 
 
 def wait_until(pred, timeout: float, what: str, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+    """cluster.deadline.wait_until that fails the test when time runs out."""
+    v = deadline.wait_until(pred, timeout, interval)
+    if not v:
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    return v
 
 
 class BrokerProcess:
