@@ -229,12 +229,17 @@ class ReplicaManager:
                       now_ms())
 
     def _become_follower(self, p: Partition, s, controller_epoch: int) -> None:
-        same_leader = (not p.is_leader and p.leader_id == s.leader and s.leader >= 0
+        # With `hw` truncation a follower of the same leader keeps fetching as
+        # it was (Kafka 0.8). With leader epochs every new epoch truncates
+        # again: the epochs in between may have had other leaders whose
+        # records replaced ours (docs/design.md#leader-and-isr).
+        same_leader = (self.truncation == "hw" and not p.is_leader
+                       and p.leader_id == s.leader and s.leader >= 0
                        and self.fetchers.source_of(p.tp) == s.leader)
         p.make_follower(s.replicas, s.isr, s.leader, s.leader_epoch, s.zk_version,
                         controller_epoch)
         if same_leader:
-            return  # already following that leader (Kafka skips the restart too)
+            return  # already following that leader (Kafka 0.8 skips the restart too)
         self.fetchers.remove(p.tp)
         if self.truncation == "hw":
             # `hw` truncation (docs/design.md#truncation): truncate to the HW, fetch from LEO.
