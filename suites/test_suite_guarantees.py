@@ -405,6 +405,65 @@ def test_a_truncated_batch_is_written_when_its_producer_retries_it(chaos_run, ne
         f"the log holds {values}: the retried batch was answered but not written")
 
 
+def test_a_follower_that_missed_an_epoch_truncates_when_its_old_leader_returns(
+        chaos_run, nemesis):
+    """docs/design.md#leader-and-isr, #truncation, #g-replicas-agree. Leader
+    A's follower C holds records A never committed (the other follower B was
+    frozen); C is then cut off from everything. A dies, B leads and writes
+    other records at the same offsets; A comes back as B's follower and
+    truncates its uncommitted records; a preferred election makes A leader
+    again. Meanwhile C's session expired. When C returns, the controller
+    tells it "A leads": the leader it last followed, in a newer epoch. C
+    must truncate again (ask A where its last epoch ends), not fetch on from
+    its log end: the replicas would disagree at those offsets for good."""
+    run = chaos_run
+    zk = ZkView(run.zk)
+    b = wait_for(zk.controller, 30, "a controller")  # B leads while A is down
+    a, c = [x for x in (1, 2, 3) if x != b]
+    run.create_topics({"ep": 1}, 3, assignment={"ep": {0: [a, b, c]}})
+    wait_for(lambda: len(zk.lai("ep", 0).isr) == 3 and zk.lai("ep", 0).leader == a, 30,
+             f"broker {a} leading ep/0 with a full ISR")
+    conn = _connect_leader(run, a, "ep")
+    try:
+        assert kafka_wire.produce(conn, "ep", 0, [b"1"] * 10)[0] == E.NONE
+        frozen = nemesis.inject("pause", f"broker-{b}")
+        for _ in range(5):   # acks=1: A and C hold them, B does not
+            assert kafka_wire.produce(conn, "ep", 0, [b"2"] * 10, acks=1)[0] == E.NONE
+    finally:
+        conn.close()
+    c_dir, a_dir = run.cluster.log_dir(f"broker-{c}"), run.cluster.log_dir(f"broker-{a}")
+    wait_for(lambda: read_broker(c_dir, {"ep"})[0]["log_end_offset"] == 60, 10,
+             f"broker {c} fetching the records broker {b} lacks")
+    nemesis.inject("partition-isolate", f"broker-{c}")
+    killed = nemesis.inject("kill", f"broker-{a}")
+    frozen.stop()
+    wait_for(lambda: zk.lai("ep", 0).leader == b, 60, f"broker {b} leading ep/0")
+    conn = _connect_leader(run, b, "ep")
+    try:
+        for _ in range(8):   # other records at the offsets C holds, and more
+            assert kafka_wire.produce(conn, "ep", 0, [b"3"] * 10, acks=1)[0] == E.NONE
+    finally:
+        conn.close()
+    killed.stop()                            # A restarts: B's follower
+    wait_for(lambda: a in zk.lai("ep", 0).isr, 60, f"broker {a} back in the ISR")
+    wait_for(lambda: c not in zk.registered(), 30, f"broker {c}'s session expiring")
+    admin.preferred_election(run.zk, "ep")
+    wait_for(lambda: zk.lai("ep", 0).leader == a, 60, f"broker {a} leading ep/0 again")
+    nemesis.heal()
+    wait_for(lambda: c in zk.lai("ep", 0).isr, 60, f"broker {c} back in the ISR")
+
+    def batches(log_dir) -> dict[int, tuple]:
+        return {base: (last, epoch, crc)
+                for base, last, epoch, crc in read_broker(log_dir, {"ep"})[0]["batches"]}
+
+    on_a, on_c = batches(a_dir), batches(c_dir)
+    differ = {o: (on_a[o], on_c[o]) for o in sorted(set(on_a) & set(on_c)) if on_a[o] != on_c[o]}
+    assert not differ and set(on_c) <= set(on_a), (
+        f"broker {c} disagrees with its leader {a} after missing an epoch: batches "
+        f"(base offset: (last offset, leader epoch, CRC) on {a}, on {c}) {differ}; "
+        f"batch starts only on {c}: {sorted(set(on_c) - set(on_a))}")
+
+
 def test_a_leader_that_restarted_before_the_controller_noticed_is_handled_as_failed(
         chaos_run, nemesis):
     """docs/design.md#broker-failure, #g-durability. Leader L of bn/0 (not

@@ -116,6 +116,12 @@ MUTANTS: list[Mutant] = [
            '            self.fetchers.add(p.tp, s.leader, p.leo, truncating=self.truncation == "leader-epoch")',
            "            self.fetchers.add(p.tp, s.leader, p.leo, truncating=False)",
            "g-replicas-agree", "a new follower keeps its divergent tail (no OffsetForLeaderEpoch)"),
+    Mutant("same-leader-no-truncation", RM,
+           '        same_leader = (self.truncation == "hw" and not p.is_leader',
+           "        same_leader = (not p.is_leader",
+           "g-replicas-agree", "a follower told of a newer epoch of the leader it last followed keeps "
+                               "fetching from its LEO: records replaced in the epochs it missed stay "
+                               "(the bug the pressure suite found at seed 219)"),
     Mutant("truncate-too-little", FETCHER,
            "                self._truncated(tp, s, p, min(leader_end, f_end),",
            "                self._truncated(tp, s, p, max(leader_end, f_end),",

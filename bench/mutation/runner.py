@@ -45,6 +45,11 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
 from mutants import MUTANTS, Mutant  # noqa: E402
+from mutants_blind import MUTANTS_BLIND  # noqa: E402
+
+# mutants.py: written with the suites in view; mutants_blind.py: written by
+# someone who read only cluster/ and the design (how an outsider's bugs fare).
+SETS = {"main": MUTANTS, "blind": MUTANTS_BLIND, "all": MUTANTS + MUTANTS_BLIND}
 
 TARGETS = {
     "suites": ["-m", "pytest", "suites", "-x", "-q", "-p", "no:cacheprovider"],
@@ -77,10 +82,10 @@ def apply(mutant: Mutant, tree: Path) -> None:
     path.write_text(text.replace(mutant.find, mutant.replace))
 
 
-def check_all_apply() -> list[str]:
+def check_all_apply(mutants: list[Mutant]) -> list[str]:
     """Every mutant applies to the current sources (in memory)."""
     problems = []
-    for m in MUTANTS:
+    for m in mutants:
         text = (REPO / m.file).read_text()
         n = text.count(m.find)
         if n != 1:
@@ -173,13 +178,13 @@ def table(results_files: list[Path]) -> str:
     for a mutant replaces an earlier one's): one row per mutant, with the
     commit it ran at and what the killing test said (read from the mutant's
     log when the file lacks it); then the score."""
-    notes = {m.id: m for m in MUTANTS}
+    notes = {m.id: m for m in SETS["all"]}
     latest: dict[str, tuple[dict, Path, str]] = {}
     for path in results_files:
         report = json.loads(path.read_text())
         for r in report["results"]:
             latest[r["id"]] = (r, path.with_suffix(""), report.get("commit", "")[:7])
-    order = [m.id for m in MUTANTS if m.id in latest] + sorted(set(latest) - set(notes))
+    order = [m.id for m in SETS["all"] if m.id in latest] + sorted(set(latest) - set(notes))
     rows = ["| mutant | breaks | outcome | seconds | killed by | what it saw | commit |",
             "|---|---|---|---|---|---|---|"]
     for mid in order:
@@ -229,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", default="suites",
                     help="suites, smoke, or a pytest command line after `python -m` (quoted)")
+    ap.add_argument("--set", default="main", choices=sorted(SETS),
+                    help="which mutants: main (mutants.py), blind (mutants_blind.py) or all")
     ap.add_argument("--only", nargs="*", default=None, metavar="ID")
     ap.add_argument("--timeout", type=float, default=300.0,
                     help="seconds a mutant may survive before it counts as not caught")
@@ -245,14 +252,15 @@ def main(argv: list[str] | None = None) -> int:
         print(table([Path(t) for t in a.table]))
         return 0
 
-    problems = check_all_apply()
+    mutants = SETS[a.set]
+    problems = check_all_apply(mutants)
     if problems or a.check:
         for p in problems:
             print(f"stale mutant: {p}", file=sys.stderr)
-        print(f"{len(MUTANTS) - len(problems)} of {len(MUTANTS)} mutants apply")
+        print(f"{len(mutants) - len(problems)} of {len(mutants)} mutants apply")
         return 1 if problems else 0
     target = TARGETS.get(a.target) or shlex.split(a.target)
-    chosen = [m for m in MUTANTS if a.only is None or m.id in a.only]
+    chosen = [m for m in mutants if a.only is None or m.id in a.only]
     if a.only and len(chosen) != len(a.only):
         print(f"unknown mutant ids: {sorted(set(a.only) - {m.id for m in chosen})}", file=sys.stderr)
         return 2

@@ -321,7 +321,19 @@ class DockerCluster(Cluster):
         return w
 
     def exec(self, name: str, argv: list[str]) -> tuple[int, str]:
-        code, out = self._get(name).exec_run(argv)
+        """(exit code, output) of `argv` in the node's container; 126 and the
+        engine's reason when the container cannot run it (paused or dead: a
+        partition then puts its rules on the other side, faults/injectors/net.py)."""
+        from docker.errors import APIError
+        c = self._get(name)
+        if c.status != "running":
+            return 126, f"{name} is {c.status}"
+        try:
+            code, out = c.exec_run(argv)
+        except APIError as e:  # paused or stopped since the status was read
+            if e.status_code != 409:
+                raise
+            return 126, f"{name}: {e.explanation}"
         return code, out.decode(errors="replace")
 
     @property
