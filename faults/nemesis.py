@@ -145,7 +145,7 @@ def make_schedule(seed: int, faults: Iterable[str] | Mapping[str, float], *, dur
 # Faults that take their targets down (the node cannot take another such
 # fault, nor join a partition, until they heal).
 DOWN = frozenset({"kill", "stop", "pause", "hard-bounce", "clean-bounce", "truncate-tail",
-                  "bitflip", "lose-unfsynced", "zk-pause", "zk-kill"})
+                  "bitflip", "bad-offset", "lose-unfsynced", "zk-pause", "zk-kill"})
 # Faults on the network: their heal undoes every network fault at once.
 NETWORK_FAMILIES = ("partition", "link")
 

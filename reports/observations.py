@@ -446,8 +446,10 @@ def _injector_says(fault: str, detail: str | None) -> bool | None:
         return int(m.group(1)) > 0
     if "session 0x" in d and "expired" in d:
         return True
-    if re.search(r"cut [1-9]\d* bytes|flipped bits \[\d", d):
+    if re.search(r"cut [1-9]\d* bytes|flipped bits \[\d|shifted the base offset", d):
         return True
+    if "holds no batch, no base offset shifted" in d:
+        return False
     if "unfsynced bytes dropped" in d:
         return bool(re.search(r": [1-9]\d*", d.split("unfsynced bytes dropped", 1)[1]))
     if "leaders moved:" in d or "reassignment done" in d:

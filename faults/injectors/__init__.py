@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from faults.injectors.admin import ElectPreferred, MoveLeader, Reassign
 from faults.injectors.base import FaultContext, FaultError, Injector
-from faults.injectors.disk import BitFlip, LoseUnfsynced, TruncateTail
+from faults.injectors.disk import BadOffset, BitFlip, LoseUnfsynced, TruncateTail
 from faults.injectors.link import LinkToxic
 from faults.injectors.partition import Partition
 from faults.injectors.process import Bounce, Kill, Pause, Stop
@@ -104,6 +104,9 @@ CATALOGUE: dict[str, FaultKind] = {k.name: k for k in [
        draw=lambda r: {"bytes": r.randint(1, 512)}, about="cut the tail of a replica's active segment"),
     _k("bitflip", "disk", BitFlip, ("leader", "follower"),
        draw=lambda r: {"flips": r.randint(1, 4)}, about="flip bits near the end of a replica's active segment"),
+    _k("bad-offset", "disk", BadOffset, ("leader", "follower"),
+       draw=lambda r: {"by": r.randint(1, 1000)},
+       about="shift the base offset of the last batch of a replica's active segment (outside the CRC)"),
     _k("lose-unfsynced", "disk", LoseUnfsynced, ("leader", "random", "all"),
        about="kill, then cut replicas back to their recovery point (power loss)"),
     _k("elect-preferred", "admin", ElectPreferred, (None,),

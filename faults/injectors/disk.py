@@ -6,6 +6,7 @@ and healing starts it again, so its log recovery meets the damage at startup:
   truncate-tail    cut the last N bytes off the active segment of one replica
   bitflip          flip N random bits near the end of that segment
   lose-unfsynced   cut every replica back to its recovery point
+  bad-offset       add N to the baseOffset of the last batch of that segment
 
 lose-unfsynced simulates a power loss. A SIGKILL alone loses nothing that
 was written: the page cache survives the process, so bytes the broker never
@@ -20,12 +21,19 @@ cluster.log.crash.discard_unflushed: the log's owner knows its files best.
 This is an approximation: a real power loss may keep some unfsynced pages
 (or tear a write); we keep exactly the flushed prefix, the worst case.
 
+bad-offset damages the one field a batch's CRC does not cover: baseOffset
+(CRC-32C runs from the attributes on), so only the log's recovery can notice,
+by checking that each batch starts where the previous one ended
+(cluster/log/batch.py, valid_prefix). A broker that keeps the batch serves
+its records at offsets nobody wrote.
+
 Layout: `<log.dirs>/<topic>-<partition>/<20-digit base offset>.log`; the
 active segment is the one with the highest base offset.
 """
 from __future__ import annotations
 
 import re
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +42,8 @@ from faults.injectors.process import restart
 
 SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
 REPLICA_DIR_RE = re.compile(r"^(.+)-(\d+)$")
+# What starts every batch: baseOffset int64, batchLength int32 (the bytes after these 12).
+BATCH_PREFIX = struct.Struct(">qi")
 
 
 # -- pure file logic (unit-tested on synthetic segments) ------------------------
@@ -72,6 +82,35 @@ def cut_tail(path: Path, nbytes: int) -> int:
     with open(path, "r+b") as f:
         f.truncate(new)
     return size - new
+
+
+def shift_last_base_offset(path: Path, by: int) -> tuple[int, int] | None:
+    """Add `by` to the baseOffset of the last batch of segment `path`, in
+    place; (old, new), or None when the file holds no whole batch. The
+    batches are walked by their length fields alone: no CRC is checked, and
+    none needs recomputing."""
+    size = path.stat().st_size
+    last = None
+    with open(path, "r+b") as f:
+        pos = 0
+        while pos + BATCH_PREFIX.size <= size:
+            f.seek(pos)
+            base, length = BATCH_PREFIX.unpack(f.read(BATCH_PREFIX.size))
+            if length < 0 or pos + BATCH_PREFIX.size + length > size:
+                break   # garbage or a torn tail: no whole batch from here
+            last = (pos, base)
+            pos += BATCH_PREFIX.size + length
+        if last is None:
+            return None
+        pos, base = last
+        f.seek(pos)
+        f.write(struct.pack(">q", base + by))
+    return base, base + by
+
+
+def label(segment: Path) -> str:
+    """`T-0/00000000000000000000.log`: a segment as the notes name it."""
+    return f"{segment.parent.name}/{segment.name}"
 
 
 # -- injectors ---------------------------------------------------------------------
@@ -130,7 +169,7 @@ class TruncateTail(_DownDisk):
         seg = self.active_segment(name, log_dir)
         n = int(self.params.get("bytes", 0)) or self.ctx.rng.randint(1, 512)
         cut = cut_tail(seg, n)
-        self.notes.append(f"{name}: cut {cut} bytes off {seg.parent.name}/{seg.name}")
+        self.notes.append(f"{name}: cut {cut} bytes off {label(seg)}")
 
 
 class BitFlip(_DownDisk):
@@ -140,7 +179,7 @@ class BitFlip(_DownDisk):
         seg = self.active_segment(name, log_dir)
         bits = flip_bits(seg, int(self.params.get("flips", 1)), int(self.params.get("window", 4096)),
                          self.ctx.rng)
-        self.notes.append(f"{name}: flipped bits {bits} of {seg.parent.name}/{seg.name}")
+        self.notes.append(f"{name}: flipped bits {bits} of {label(seg)}")
 
 
 class LoseUnfsynced(_DownDisk):
@@ -151,3 +190,17 @@ class LoseUnfsynced(_DownDisk):
         result = discard_unflushed(log_dir)
         lost = {f"{t}-{p}": before - after for (t, p), (before, after) in sorted(result.items())}
         self.notes.append(f"{name}: unfsynced bytes dropped {lost}")
+
+
+class BadOffset(_DownDisk):
+    fault = "bad-offset"
+
+    def damage(self, name: str, log_dir: Path) -> None:
+        seg = self.active_segment(name, log_dir)
+        by = int(self.params.get("by", 0)) or self.ctx.rng.randint(1, 1000)
+        shifted = shift_last_base_offset(seg, by)
+        if shifted is None:
+            self.notes.append(f"{name}: {label(seg)} holds no batch, no base offset shifted")
+        else:
+            self.notes.append(f"{name}: shifted the base offset of the last batch of {label(seg)} "
+                              f"from {shifted[0]} to {shifted[1]}")

@@ -356,3 +356,14 @@ def test_lanes_run_side_by_side_and_a_clash_is_skipped():
     assert ("pause", "broker-2") not in calls
     assert [s["reason"] for s in nem.skipped] == ["broker-2 already under kill"]
     assert not nem.errors
+
+
+def test_bad_offset_is_drawn_like_a_disk_fault_and_takes_its_broker_down():
+    from faults.nemesis import conflict
+    s = make_schedule(5, ["bad-offset", "kill"], duration_s=200)
+    shifts = [st for st in s.steps if st.fault == "bad-offset"]
+    assert shifts and all(st.target in ("leader", "follower") for st in shifts)
+    assert all(1 <= st.params["by"] <= 1000 for st in shifts)
+    damaged = _injector("bad-offset", ["broker-2"])
+    assert conflict(_injector("kill", ["broker-2"]), [damaged]) == "broker-2 already under bad-offset"
+    assert "waits until broker-2" in conflict(_injector("partition-halves", ["broker-1"]), [damaged])

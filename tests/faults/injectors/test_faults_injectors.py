@@ -4,6 +4,7 @@ project's own Toxiproxy-compatible server with a plain TCP echo upstream."""
 import random
 import socket
 import struct
+import sys
 import threading
 import time
 from pathlib import Path
@@ -17,6 +18,11 @@ from faults.injectors.base import FaultContext, FaultError
 from faults.injectors.link import LinkToxic
 from faults.injectors.partition import Partition
 from faults.targets import Resolver
+from cluster.log import Log, LogConfig, iter_batches
+from reports.observations import _injector_says
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "cluster" / "log"))
+from log_support import make_batch  # noqa: E402
 
 
 # -- iptables plans ------------------------------------------------------------------
@@ -164,6 +170,62 @@ def test_truncate_tail_uses_the_default_partition(tmp_path):
     inj.stop()
     assert (logs / "t-0" / f"{2:020d}.log").stat().st_size == len(batch(2, 2)) - 5
     assert (logs / "u-0" / f"{0:020d}.log").stat().st_size == len(batch(0, 2))
+
+
+def real_segment(d: Path, *counts: int) -> Path:
+    """A segment the broker's own Log wrote: batches of `counts` records,
+    CRCs and offsets as on a broker's disk."""
+    lg = Log(d, LogConfig())
+    for n in counts:
+        lg.append_as_leader(make_batch(n), leader_epoch=1)
+    lg.close()
+    return d / f"{0:020d}.log"
+
+
+def test_a_shifted_base_offset_keeps_its_crc_and_only_recovery_notices(tmp_path):
+    seg = real_segment(tmp_path / "t-0", 3, 2, 4)
+    assert disk.shift_last_base_offset(seg, 500) == (5, 505)
+    headers = list(iter_batches(seg.read_bytes()))   # every CRC still verifies
+    assert [h.base_offset for h in headers] == [0, 3, 505]
+    # Only the contiguity check of recovery catches it: the last batch goes.
+    lg = Log(tmp_path / "t-0", LogConfig())
+    assert lg.log_end_offset == 5
+    lg.close()
+
+
+def test_no_whole_batch_no_shift(tmp_path):
+    seg = tmp_path / "s.log"
+    for data in (b"", bytes(11), batch(0, 2)[:-1]):   # empty, no prefix, a torn batch
+        seg.write_bytes(data)
+        assert disk.shift_last_base_offset(seg, 7) is None
+        assert seg.read_bytes() == data
+    seg.write_bytes(batch(0, 2) + batch(2, 2)[:20])   # a torn tail: the whole batch before it
+    assert disk.shift_last_base_offset(seg, 7) == (0, 7)
+
+
+def test_bad_offset_injector_says_what_it_shifted(tmp_path):
+    logs = tmp_path / "broker-1" / "logs"
+    write_segment(logs / "t-0", 0, [batch(0, 2)])
+    write_segment(logs / "t-0", 2, [batch(2, 3), batch(5, 1)])
+    c = DiskCluster(tmp_path)
+    ctx = FaultContext(c, Resolver(c, None, random.Random(0), ("t", 0)), random.Random(0),
+                       log=lambda m: None, wait_timeout=0.0)
+    inj = disk.BadOffset(ctx, "broker-1", by=500)
+    inj.start()
+    assert c.state["broker-1"] == "stopped"
+    detail = inj.describe()["detail"]
+    assert ("broker-1: shifted the base offset of the last batch of "
+            "t-0/00000000000000000002.log from 5 to 505") in detail
+    assert _injector_says("bad-offset", detail) is True
+    inj.stop()
+    assert c.state["broker-1"] == "running"
+    write_segment(logs / "t-0", 6, [])
+    inj = disk.BadOffset(ctx, "broker-1", by=500)
+    inj.start()
+    inj.stop()
+    detail = inj.describe()["detail"]
+    assert "t-0/00000000000000000006.log holds no batch" in detail
+    assert _injector_says("bad-offset", detail) is False
 
 
 # -- against the real proxy ----------------------------------------------------------
