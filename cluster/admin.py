@@ -101,7 +101,7 @@ def describe_topic(zk: KazooClient, topic: str) -> dict[str, Any]:
             leader, epoch, isr = zkpaths.NO_LEADER, -1, []
         out.append({"partition": p, "leader": leader, "leader_epoch": epoch,
                     "replicas": list(ta.partitions[p]), "isr": isr})
-    return {"topic": topic, "partitions": out,
+    return {"topic": topic, "topic_id": ta.topic_id, "partitions": out,
             "marked_for_deletion": zk.exists(zkpaths.delete_topic_path(topic)) is not None}
 
 
@@ -153,7 +153,8 @@ def create_topic(zk: KazooClient, topic: str, partitions: int, replication_facto
             raise UsageError("all partitions need the same number of replicas")
     if zk.exists(zkpaths.delete_topic_path(topic)):
         raise AdminError(f"topic {topic!r} is marked for deletion; try again when it is gone")
-    data = zkpaths.loads(TopicAssignment({p: tuple(r) for p, r in replica_assignment.items()}).encode())
+    data = zkpaths.loads(TopicAssignment({p: tuple(r) for p, r in replica_assignment.items()},
+                                         zkpaths.new_topic_id()).encode())
     if config:
         data["config"] = {str(k): str(v) for k, v in config.items()}
     zk.ensure_path(zkpaths.TOPICS)

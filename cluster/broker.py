@@ -5,7 +5,8 @@ Startup (docs/design.md#broker-startup, as Kafka 0.8 did it):
   2. connect to ZooKeeper (zookeeper.session.timeout.ms), create the persistent
      paths, bump /brokers/start_epochs/<id>, write <log.dirs>/zk-session.json;
   3. read the topic assignments, open the local logs and delete those no
-     longer assigned to this broker (topics deleted while it was down), HW =
+     longer assigned to this broker or of another topic id (topics deleted
+     while it was down, maybe created again), HW =
      min(checkpointed HW, LEO); replicas then wait for the controller's
      LeaderAndIsr to become leader or follower;
   4. start the socket server, start the controller component, THEN register
@@ -75,9 +76,11 @@ class Broker:
         # completing meanwhile shows in the assignment read next.
         reassigning = await zk.call(zk.pending_reassignment)
         assignments = await zk.call(zk.topic_assignments)
-        assigned = {(t, p) for t, a in assignments.items()
+        assigned = {(t, p): a.topic_id for t, a in assignments.items()
                     for p, replicas in a.partitions.items() if self.broker_id in replicas}
-        assigned |= {tp for tp, rar in reassigning.items() if self.broker_id in rar}
+        for tp, rar in reassigning.items():
+            if self.broker_id in rar:
+                assigned[tp] = assignments[tp[0]].topic_id if tp[0] in assignments else ""
         self.log_manager = LogManager(self.log_dir, LogConfig.from_broker_config(cfg))
         self.metadata = MetadataCache(self.broker_id, cfg.advertised)
         self.rm = ReplicaManager(cfg, self.log_manager, zk, self.metadata, self.start_epoch)

@@ -25,7 +25,9 @@ Kafka 0.8 shipped and say so:
 """
 from __future__ import annotations
 
+import base64
 import json
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,16 +139,28 @@ class LeaderAndIsr:
 @dataclass(frozen=True)
 class TopicAssignment:
     """The value at /brokers/topics/[topic]: partition -> assigned replicas (AR).
-    The first replica is the preferred replica."""
+    The first replica is the preferred replica. `topic_id` tells this topic
+    from an earlier one of the same name ("" for a topic written without one;
+    docs/design.md#topic-ids)."""
     partitions: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    topic_id: str = ""
 
     def encode(self) -> bytes:
-        return dumps({"partitions": {str(p): list(r) for p, r in sorted(self.partitions.items())}})
+        d: dict = {"partitions": {str(p): list(r) for p, r in sorted(self.partitions.items())}}
+        if self.topic_id:
+            d["topic_id"] = self.topic_id
+        return dumps(d)
 
     @classmethod
     def decode(cls, data: bytes) -> "TopicAssignment":
         d = loads(data) or {}
-        return cls({int(p): tuple(int(b) for b in r) for p, r in d.get("partitions", {}).items()})
+        return cls({int(p): tuple(int(b) for b in r) for p, r in d.get("partitions", {}).items()},
+                   str(d.get("topic_id") or ""))
+
+
+def new_topic_id() -> str:
+    """A fresh topic id: a random UUID in Kafka's form (URL-safe base64, no padding)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
 def encode_partition_list(partitions: list[tuple[str, int]]) -> bytes:

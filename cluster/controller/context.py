@@ -30,6 +30,8 @@ class ControllerContext:
     assignments: dict[TP, tuple[int, ...]] = field(default_factory=dict)
     # topic -> znode version of /brokers/topics/[topic], for conditional AR writes
     topic_versions: dict[str, int] = field(default_factory=dict)
+    # topic -> its topic id, sent in every PartitionState (docs/design.md#topic-ids)
+    topic_ids: dict[str, str] = field(default_factory=dict)
     leaders: dict[TP, LeaderAndIsr] = field(default_factory=dict)
     reassigning: dict[TP, ReassignmentContext] = field(default_factory=dict)
     topics_being_deleted: set[str] = field(default_factory=set)
@@ -63,6 +65,7 @@ class ControllerContext:
             if not parts:
                 del self._by_topic[tp[0]]
                 self.topic_versions.pop(tp[0], None)
+                self.topic_ids.pop(tp[0], None)
 
     def replicas_for_request(self, tp: TP) -> tuple[int, ...]:
         """The replica list to send in a LeaderAndIsr: AR, but during a
@@ -97,6 +100,7 @@ class ControllerContext:
         self.shutting_down.clear()
         self.assignments.clear()
         self.topic_versions.clear()
+        self.topic_ids.clear()
         self.leaders.clear()
         self.reassigning.clear()
         self.topics_being_deleted.clear()

@@ -505,7 +505,7 @@ class Controller:
         self.ctx.live_brokers = self.store.read_brokers(ids, created=registered)
         assignments = self.store.read_assignments(got["topics"])
         for topic, (ta, version) in assignments.items():
-            self.ctx.topic_versions[topic] = version
+            self._remember_topic(topic, ta, version)
             for p, replicas in ta.partitions.items():
                 self.ctx.set_assignment((topic, p), replicas)
         written: dict[TP, int] = {}
@@ -783,11 +783,16 @@ class Controller:
                         "marker; stopping its replicas", self.broker_id, t)
             self._delete_topic_partitions(t)
 
+    def _remember_topic(self, topic: str, ta: TopicAssignment, version: int) -> None:
+        """The znode version (for conditional AR writes) and the topic id."""
+        self.ctx.topic_versions[topic] = version
+        self.ctx.topic_ids[topic] = ta.topic_id
+
     def _load_and_create_topics(self, topics: set[str]) -> None:
         assignments = self.store.read_assignments(topics)
         created: list[TP] = []
         for topic, (ta, version) in assignments.items():
-            self.ctx.topic_versions[topic] = version
+            self._remember_topic(topic, ta, version)
             for p, replicas in sorted(ta.partitions.items()):
                 if (topic, p) not in self.ctx.assignments:
                     self.ctx.set_assignment((topic, p), replicas)
@@ -813,7 +818,7 @@ class Controller:
                 if self.zk.exists(zkpaths.topic_path(t)):
                     # created and marked before we saw it: load it first
                     for topic, (ta, version) in self.store.read_assignments([t]).items():
-                        self.ctx.topic_versions[topic] = version
+                        self._remember_topic(topic, ta, version)
                         for p, replicas in ta.partitions.items():
                             self.ctx.set_assignment((topic, p), replicas)
                             lai = self.store.read_leader_and_isr([(topic, p)]).get((topic, p))
@@ -891,7 +896,8 @@ class Controller:
         multi). Re-reads the version once on a conflict."""
         for _ in range(2):
             version = self.ctx.topic_versions.get(topic, -1)
-            ops = [Op("set", zkpaths.topic_path(topic), TopicAssignment(new_ar).encode(), version)] + extra_ops
+            ta = TopicAssignment(new_ar, self.ctx.topic_ids.get(topic, ""))
+            ops = [Op("set", zkpaths.topic_path(topic), ta.encode(), version)] + extra_ops
             res = self.store.run(ops)
             if not any(isinstance(r, Exception) for r in res.values()):
                 self.ctx.topic_versions[topic] = res[0].version
@@ -900,7 +906,7 @@ class Controller:
                 got = self.store.read_assignments([topic]).get(topic)
                 if got is None:
                     return False
-                self.ctx.topic_versions[topic] = got[1]
+                self._remember_topic(topic, got[0], got[1])
                 # AR on ZooKeeper is authoritative for partitions we did not touch
                 for p, r in got[0].partitions.items():
                     new_ar.setdefault(p, r)

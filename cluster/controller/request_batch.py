@@ -83,7 +83,7 @@ class RequestBatch:
         """Tell `brokers` (the live ones) the new state of tp; everyone gets the
         metadata change."""
         state = PartitionState(tp[0], tp[1], lai.leader, lai.leader_epoch, tuple(lai.isr),
-                               lai.zk_version, tuple(replicas))
+                               lai.zk_version, tuple(replicas), self.ctx.topic_ids.get(tp[0], ""))
         reachable = self.ctx.live_or_shutting_down()
         for b in brokers:
             if b in reachable:
@@ -118,7 +118,7 @@ class RequestBatch:
         if lai is None or ar is None:
             return None
         return PartitionState(tp[0], tp[1], lai.leader, lai.leader_epoch, tuple(lai.isr),
-                              lai.zk_version, tuple(ar))
+                              lai.zk_version, tuple(ar), self.ctx.topic_ids.get(tp[0], ""))
 
     def _endpoint(self, b: int) -> BrokerEndpoint | None:
         reg = self.ctx.live_brokers.get(b)

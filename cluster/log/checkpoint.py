@@ -6,7 +6,8 @@
 
 Used for the high-watermark file (`replication-offset-checkpoint`), the
 recovery points (`recovery-point-offset-checkpoint`) and a replica's
-`leader-epoch-checkpoint`. A checkpoint is always replaced whole: written to a
+`leader-epoch-checkpoint`. A replica's `partition.metadata` (its topic id) is
+Kafka's small "key: value" file, written the same way. A checkpoint is always replaced whole: written to a
 temporary file, fsynced, renamed over the old one, and the directory fsynced,
 so a crash leaves either the old or the new content, never a mix.
 """
@@ -22,6 +23,7 @@ VERSION = 0
 HIGH_WATERMARK_FILE = "replication-offset-checkpoint"
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 LEADER_EPOCH_FILE = "leader-epoch-checkpoint"
+PARTITION_METADATA_FILE = "partition.metadata"
 TMP_SUFFIX = ".tmp"
 
 
@@ -112,3 +114,20 @@ class HighWatermarkCheckpoint(OffsetCheckpoint):
     written periodically and at clean shutdown, read at startup so a restarted
     broker knows how far its replicas were committed (seed: "truncate the log
     to r.hw" on becoming follower)."""
+
+
+def write_topic_id(path: Path, topic_id: str) -> None:
+    """Kafka's partition.metadata: "version: 0" and "topic_id: <id>"."""
+    write_atomically(path, f"version: {VERSION}\ntopic_id: {topic_id}\n")
+
+
+def read_topic_id(path: Path) -> str | None:
+    """The topic id in a partition.metadata file; None if there is none."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    fields = dict(line.split(": ", 1) for line in text.splitlines() if ": " in line)
+    if fields.get("version") != str(VERSION) or not fields.get("topic_id"):
+        raise CorruptCheckpointError(f"{path}: malformed partition metadata {text[:80]!r}")
+    return fields["topic_id"]

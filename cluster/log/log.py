@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from .batch import BatchHeader, iter_batches, set_base_offset, set_leader_epoch
-from .checkpoint import LEADER_EPOCH_FILE, TMP_SUFFIX, fsync_dir
+from .checkpoint import (LEADER_EPOCH_FILE, PARTITION_METADATA_FILE, TMP_SUFFIX, fsync_dir,
+                         read_topic_id, write_topic_id)
 from .epoch_cache import LeaderEpochCache
 from .errors import (CorruptCheckpointError, CorruptRecordError, InvalidOffsetError,
                      OffsetOutOfRangeError)
@@ -91,6 +92,23 @@ class Log:
         # LogManager uses it to keep its recovery-point checkpoint exact.
         self.on_recovery_point_change: Callable[[Log], None] | None = None
         self._load(recovery_point)
+        self.topic_id = self._read_topic_id()
+
+    def _read_topic_id(self) -> str | None:
+        """The id of the topic this replica belongs to (None: not known yet,
+        or unreadable: then the controller's next LeaderAndIsr writes it again)."""
+        try:
+            return read_topic_id(self.dir / PARTITION_METADATA_FILE)
+        except CorruptCheckpointError as e:
+            log.warning("%s: %s; the topic id is rewritten by the next LeaderAndIsr", self.dir, e)
+            return None
+
+    def set_topic_id(self, topic_id: str) -> None:
+        """Record the topic id (docs/design.md#topic-ids), durably, once."""
+        with self._lock:
+            self._check_open()
+            write_topic_id(self.dir / PARTITION_METADATA_FILE, topic_id)
+            self.topic_id = topic_id
 
     # -- opening -----------------------------------------------------------
 

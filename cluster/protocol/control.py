@@ -12,9 +12,9 @@ socket server can serve both clients and the controller:
                      for client_id); array = int32 count + elements; bool = int8
 
 Api keys are Kafka 0.8's (LeaderAndIsr 4, StopReplica 5, UpdateMetadata 6,
-ControlledShutdown 7); the bodies are our own (version 1), not Kafka's, because they
-carry what this design needs (zk_version and the full replica list in the
-partition state, the broker start epoch in ControlledShutdown).
+ControlledShutdown 7); the bodies are our own (version 2), not Kafka's, because they
+carry what this design needs (zk_version, the full replica list and the topic
+id in the partition state, the broker start epoch in ControlledShutdown).
 
 Every request carries the sender's controller epoch; a broker rejects one
 older than the newest it has seen with STALE_CONTROLLER_EPOCH (Kafka 0.8's fix
@@ -38,7 +38,8 @@ UPDATE_METADATA = 6
 CONTROLLED_SHUTDOWN = 7
 # v1: every controller request names the broker it is for and that broker's
 # start epoch (docs/design.md#controller-epoch).
-API_VERSION = 1
+# v2: a PartitionState carries its topic's id (docs/design.md#topic-ids).
+API_VERSION = 2
 CONTROL_API_KEYS = frozenset({LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA, CONTROLLED_SHUTDOWN})
 
 class ProtocolError(ValueError):
@@ -181,6 +182,7 @@ class PartitionState:
     isr: tuple[int, ...]
     zk_version: int
     replicas: tuple[int, ...]
+    topic_id: str = ""   # "" for a topic created without one
 
     def _write(self, w: _Writer) -> None:
         w.string(self.topic)
@@ -190,11 +192,12 @@ class PartitionState:
         w.array(self.isr, w.i32)
         w.i32(self.zk_version)
         w.array(self.replicas, w.i32)
+        w.string(self.topic_id)
 
     @classmethod
     def _read(cls, r: _Reader) -> "PartitionState":
         return cls(r.string(), r.i32(), r.i32(), r.i32(), tuple(r.array(r.i32, 4)),
-                   r.i32(), tuple(r.array(r.i32, 4)))
+                   r.i32(), tuple(r.array(r.i32, 4)), r.string())
 
 
 @dataclass(frozen=True)

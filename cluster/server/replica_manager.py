@@ -44,6 +44,12 @@ log = logging.getLogger(__name__)
 state_log = logging.getLogger("state.change")
 
 
+def _other_topic(local_id: str | None, topic_id: str) -> bool:
+    """Whether a local replica with `local_id` belongs to another topic than
+    one with `topic_id` (unknown ids match anything: topics without ids)."""
+    return bool(local_id and topic_id and local_id != topic_id)
+
+
 def now_ms() -> int:
     return int(time.monotonic() * 1000)
 
@@ -73,15 +79,22 @@ class ReplicaManager:
 
     # -- startup / shutdown -------------------------------------------------------------
 
-    def load(self, assigned: set[tuple[str, int]] | None) -> None:
-        """Open local logs; delete those no longer assigned to this broker
-        (deleted while it was down: docs/design.md#broker-startup); HW = min(checkpoint, LEO)."""
+    def load(self, assigned: dict[tuple[str, int], str] | None) -> None:
+        """Open local logs; delete those no longer assigned to this broker, or
+        assigned under another topic id (deleted while it was down, maybe
+        created again: docs/design.md#broker-startup); HW = min(checkpoint, LEO).
+        `assigned` maps each partition assigned here to its topic id ("" unknown)."""
         logs = self.log_manager.load_existing()
         hws = self.log_manager.read_high_watermarks()
         for tp, lg in logs.items():
             if assigned is not None and tp not in assigned:
                 log.info("deleting local replica %s-%d: no longer assigned to broker %d",
                          tp[0], tp[1], self.broker_id)
+                self.log_manager.delete_log(*tp)
+                continue
+            if assigned is not None and _other_topic(lg.topic_id, assigned[tp]):
+                log.info("deleting local replica %s-%d: it belongs to topic id %s, the topic "
+                         "now has id %s", tp[0], tp[1], lg.topic_id, assigned[tp])
                 self.log_manager.delete_log(*tp)
                 continue
             p = self._new_partition(tp, lg)
@@ -192,6 +205,14 @@ class ReplicaManager:
     def _apply_partition_state(self, s, req, change: str) -> int:
         tp = (s.topic, s.partition)
         p = self.partitions.get(tp)
+        if p is not None and _other_topic(p.log.topic_id, s.topic_id):
+            # An earlier topic of that name, deleted while we could not hear
+            # it: its records are not this topic's (docs/design.md#topic-ids).
+            self._state_line("received", "delete-replica", tp[0], tp[1], -1, -1,
+                             req.controller_id, req.controller_epoch,
+                             f" reason=topic-id local={p.log.topic_id} new={s.topic_id}")
+            self._stop_replica(tp, delete=True)
+            p = None
         if p is not None and s.leader_epoch <= p.leader_epoch:
             # Kafka (1.0+) answers STALE_CONTROLLER_EPOCH (11) for this entry
             # and its controller ignores per-partition errors. Ours does not:
@@ -213,6 +234,8 @@ class ReplicaManager:
         if p is None:  # startReplica: create the partition directory
             p = self._new_partition(tp, self.log_manager.get_or_create_log(*tp))
             p.init_hw(0)
+        if s.topic_id and p.log.topic_id is None:
+            p.log.set_topic_id(s.topic_id)
         if s.leader == self.broker_id:
             self._become_leader(p, s, req.controller_epoch)
         else:

@@ -139,3 +139,38 @@ def test_controller_e2e_delete_topic_while_replica_down(cluster, zk):
     down.start().wait_registered(zk)
     wait_until(lambda: not any(d.name.startswith("gone-") for d in down.log_dir.iterdir()),
                timeout=30, what="stale replica data deleted at startup")
+
+
+def test_controller_e2e_topic_recreated_while_replica_down(cluster, zk):
+    """A broker that missed a topic's deletion and re-creation must not keep
+    the old topic's records as the new one's (docs/design.md#topic-ids)."""
+    import confluent_kafka as ck
+    procs = cluster(3)
+    admin.create_topic(zk, "again", 1, 3, replica_assignment={0: [1, 2, 3]})
+    admin.wait_for_leaders(zk, "again", 30)
+    p = ck.Producer({"bootstrap.servers": ",".join(b.bootstrap for b in procs.values()),
+                     "acks": "all"})
+    for i in range(20):
+        p.produce("again", value=b"old-%d" % i)
+    assert p.flush(30) == 0
+    info = admin.controller_info(zk)
+    down = next(b for i, b in procs.items() if i != info["id"])
+    replica = down.log_dir / "again-0"
+    wait_until(lambda: sum(f.stat().st_size for f in replica.glob("*.log")) > 0,
+               timeout=30, what="the old records on the broker to stop")
+    down.kill()
+    wait_until(lambda: zk.exists(zkpaths.broker_path(down.id)) is None, timeout=30, what="down")
+    admin.delete_topic(zk, "again", wait=True, timeout=30)
+    admin.create_topic(zk, "again", 1, 3, replica_assignment={0: [1, 2, 3]})
+    new_id = admin.describe_topic(zk, "again")["topic_id"]
+    assert new_id
+    admin.wait_for_leaders(zk, "again", 30)
+    down.start().wait_registered(zk)
+
+    def fresh_replica():
+        meta = replica / "partition.metadata"
+        return (meta.exists() and f"topic_id: {new_id}" in meta.read_text()
+                and sum(f.stat().st_size for f in replica.glob("*.log")) == 0)
+    wait_until(fresh_replica, timeout=30, what="the old replica replaced by the new topic's")
+    wait_until(lambda: down.id in admin.describe_topic(zk, "again")["partitions"][0]["isr"],
+               timeout=30, what="the broker back in the new topic's ISR")

@@ -14,7 +14,7 @@ i64 = st.integers(-2**63, 2**63 - 1)
 text = st.text(max_size=20)
 ids = st.lists(i32, max_size=5).map(tuple)
 
-pstate = st.builds(c.PartitionState, text, i32, i32, i32, ids, i32, ids)
+pstate = st.builds(c.PartitionState, text, i32, i32, i32, ids, i32, ids, text)
 endpoint = st.builds(c.BrokerEndpoint, i32, text, i32)
 tp = st.builds(c.TopicPartition, text, i32)
 perr = st.builds(c.PartitionError, text, i32, i16)
