@@ -7,9 +7,10 @@ stored; who holds a role is decided from ZooKeeper when the step starts, with
 the nemesis's own random.Random(seed) for choices among candidates.
 
 Faults run one at a time: start, hold for the step's duration, heal, wait the
-interval, next. Every schedule ends the same way: a final heal of everything
-(faults/heal.py), a quiet period for
-the cluster to settle, then the workload's final reads.
+interval, next. A recipe (faults/recipes.py) is drawn like a fault and becomes
+several steps, marked with its name, in lanes of their own where they overlap.
+Every schedule ends the same way: a final heal of everything (faults/heal.py),
+a quiet period for the cluster to settle, then the workload's final reads.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 from cluster.deadline import Deadline
-from faults import injectors
+from faults import injectors, recipes
 from faults.heal import FINAL_HEAL, final_heal
 from faults.injectors.base import FaultContext, FaultError, Injector
 from faults.targets import TargetError, qualify
@@ -34,6 +35,7 @@ class Step:
     target: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
     lane: int = 0            # steps of one lane run one after the other; lanes overlap
+    recipe: str | None = None  # the recipe (faults/recipes.py) this step is part of
 
 
 @dataclass
@@ -56,24 +58,27 @@ class Schedule:
     def from_json(cls, d: Mapping[str, Any]) -> "Schedule":
         return cls(d["seed"], d["duration_s"], d["quiet_s"],
                    [Step(s["at_s"], s["fault"], s["duration_s"], s.get("target"),
-                         dict(s.get("params") or {}), int(s.get("lane", 0)))
+                         dict(s.get("params") or {}), int(s.get("lane", 0)), s.get("recipe"))
                     for s in d["steps"]], dict(d.get("settings") or {}))
 
     def to_text(self) -> str:
         lines = [f"schedule seed={self.seed} duration={self.duration_s:g}s quiet={self.quiet_s:g}s "
                  f"steps={len(self.steps)}"]
+        lanes = self.settings.get("overlap", 1) > 1 or any(s.lane for s in self.steps)
         for s in self.steps:
             params = " ".join(f"{k}={v}" for k, v in sorted(s.params.items()))
-            lane = f"  lane {s.lane}" if self.settings.get("overlap", 1) > 1 else ""
+            lane = f"  lane {s.lane}" if lanes else ""
+            recipe = f"  [{s.recipe}]" if s.recipe else ""
             lines.append(f"  {s.at_s:8.1f}s  {s.fault:<18} for {s.duration_s:5.1f}s  "
-                         f"target={s.target or '-':<12} {params}".rstrip() + lane)
+                         f"target={s.target or '-':<12} {params}".rstrip() + lane + recipe)
         lines.append(f"  {self.duration_s:8.1f}s  {FINAL_HEAL}")
         lines.append(f"  {self.duration_s + self.quiet_s:8.1f}s  final reads")
         return "\n".join(lines)
 
 
 def parse_weights(faults: Iterable[str] | Mapping[str, float]) -> dict[str, float]:
-    """`["kill", "pause"]` or `["kill:3", "pause:1"]` or {"kill": 3}: fault -> weight."""
+    """`["kill", "pause"]` or `["kill:3", "pause:1"]` or {"kill": 3}: fault or
+    recipe -> weight."""
     if isinstance(faults, Mapping):
         items = list(faults.items())
     else:
@@ -86,7 +91,7 @@ def parse_weights(faults: Iterable[str] | Mapping[str, float]) -> dict[str, floa
                 raise FaultError(f"fault weight in {f!r} is not a number") from None
     out: dict[str, float] = {}
     for name, w in items:
-        injectors.kind(name)  # unknown names are refused here
+        recipes.check_name(name)  # unknown names are refused here
         if w <= 0:
             raise FaultError(f"fault {name!r}: weight must be positive")
         out[name] = out.get(name, 0.0) + w
@@ -99,13 +104,20 @@ def make_schedule(seed: int, faults: Iterable[str] | Mapping[str, float], *, dur
                   quiet_s: float = 10.0, brokers: int = 3, zookeepers: int = 1,
                   replication_factor: int = 3, targets: Mapping[str, str] | None = None,
                   params: Mapping[str, Mapping[str, Any]] | None = None,
-                  overlap: int = 1) -> Schedule:
+                  overlap: int = 1, lag_s: float | None = None) -> Schedule:
     """Draw a schedule. `targets` pins a fault's role (fault -> role), `params`
     fixes some of its parameters (fault -> {k: v}); everything else is drawn.
     `overlap` lanes of faults run side by side (each lane one fault at a
     time), so faults overlap: a kill during a partition, a pause during a
     session expiry. Times are rounded to 0.1 s so the printed and the run
-    schedule agree."""
+    schedule agree.
+
+    `faults` may name recipes (faults/recipes.py) too: a recipe drawn is
+    placed whole in its lane, which goes on after the recipe's last part;
+    near the end only what fits in the time left is drawn. Recipes choose
+    their own roles and parameters (`targets` and `params` are for faults
+    drawn alone) and time themselves by `lag_s` (default: the broker's
+    defaults, recipes.lag_s_of)."""
     weights = parse_weights(faults)
     lo_i, hi_i = interval_s
     lo_d, hi_d = fault_duration_s
@@ -113,33 +125,56 @@ def make_schedule(seed: int, faults: Iterable[str] | Mapping[str, float], *, dur
         raise FaultError("intervals and fault durations must be ranges of positive seconds")
     if overlap < 1:
         raise FaultError("overlap is the number of fault lanes: at least 1")
+    knobs = recipes.Knobs(recipes.lag_s_of() if lag_s is None else lag_s, replication_factor)
+    drawn_recipes = [n for n in weights if n in recipes.RECIPES]
+    if drawn_recipes and replication_factor < 2:
+        raise FaultError(f"recipe {drawn_recipes[0]} needs followers: a replication factor of 2 or more")
+    # The least time a draw needs: a fault its shortest duration, a recipe its longest span.
+    least = {n: recipes.span(recipes.RECIPES[n].longest(knobs)) if n in recipes.RECIPES else lo_d
+             for n in weights}
     rng = random.Random(seed)
     names = sorted(weights)
     steps: list[Step] = []
     for lane in range(overlap if weights else 0):
         t = round(rng.uniform(lo_i, hi_i), 1)
-        while t + lo_d <= duration_s:
-            name = rng.choices(names, weights=[weights[n] for n in names])[0]
-            roles = injectors.roles_for(name, brokers=brokers, zookeepers=zookeepers,
-                                        replication_factor=replication_factor)
-            if targets and name in targets:
-                role = targets[name]
-            elif roles:
-                role = rng.choice(roles)
+        while fit := [n for n in names if t + least[n] <= duration_s]:
+            name = rng.choices(fit, weights=[weights[n] for n in fit])[0]
+            if name in recipes.RECIPES:
+                placed = place_recipe(recipes.RECIPES[name], rng, knobs, t, lane, overlap)
             else:
-                role = None
-            drawn = injectors.kind(name).draw(rng)
-            drawn.update((params or {}).get(name, {}))
-            need = injectors.kind(name).min_duration_s(drawn)
-            dur = round(min(max(rng.uniform(lo_d, hi_d), need), duration_s - t), 1)
-            steps.append(Step(t, name, dur, role, drawn, lane))
-            t = round(t + dur + rng.uniform(lo_i, hi_i), 1)
+                roles = injectors.roles_for(name, brokers=brokers, zookeepers=zookeepers,
+                                            replication_factor=replication_factor)
+                if targets and name in targets:
+                    role = targets[name]
+                elif roles:
+                    role = rng.choice(roles)
+                else:
+                    role = None
+                drawn = injectors.kind(name).draw(rng)
+                drawn.update((params or {}).get(name, {}))
+                need = injectors.kind(name).min_duration_s(drawn)
+                dur = round(min(max(rng.uniform(lo_d, hi_d), need), duration_s - t), 1)
+                placed = [Step(t, name, dur, role, drawn, lane)]
+            steps += placed
+            t = round(max(s.at_s + s.duration_s for s in placed) + rng.uniform(lo_i, hi_i), 1)
     steps.sort(key=lambda s: (s.at_s, s.lane))
     settings = {"faults": weights, "interval_s": list(interval_s),
                 "fault_duration_s": list(fault_duration_s), "brokers": brokers,
                 "zookeepers": zookeepers, "replication_factor": replication_factor,
                 "overlap": overlap}
+    if drawn_recipes:
+        settings["lag_s"] = knobs.lag_s
     return Schedule(seed, float(duration_s), float(quiet_s), steps, settings)
+
+
+def place_recipe(recipe: recipes.Recipe, rng: random.Random, knobs: recipes.Knobs, t: float,
+                 lane: int, overlap: int) -> list[Step]:
+    """A recipe's parts drawn, as Steps from time `t` in `lane`. The recipe's
+    own lane j becomes lane + overlap * j: lane j = 0 is the lane itself,
+    the others are lanes no other draw uses, so the recipe's overlapping
+    parts run side by side."""
+    return [Step(round(t + p.at_s, 1), p.fault, p.duration_s, p.target, dict(p.params),
+                 lane + overlap * p.lane, recipe.name) for p in recipe.parts(rng, knobs)]
 
 
 # Faults that take their targets down (the node cannot take another such

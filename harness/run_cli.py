@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster.config import BrokerConfig, ConfigError
-from faults import injectors
+from faults import injectors, recipes
 from faults.injectors.base import FaultError
 from faults.nemesis import Schedule, make_schedule, parse_weights
 from faults.targets import Target, TargetError
@@ -146,7 +146,8 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--crash-clients", type=float, default=0.0, metavar="SECONDS",
                    help="kill a client process about this often and start a new one (0: never)")
     g = p.add_argument_group("faults")
-    g.add_argument("--faults", default="", help="NAME[:WEIGHT][,NAME...] from the catalogue (--list-faults)")
+    g.add_argument("--faults", default="",
+                   help="NAME[:WEIGHT][,NAME...]: faults and recipes of the catalogue (--list-faults)")
     g.add_argument("--target", nargs="*", metavar="FAULT=ROLE", default=[], help="pin a fault's target role")
     g.add_argument("--param", nargs="*", metavar="FAULT.KEY=VALUE", default=[], help="fix a fault parameter")
     g.add_argument("--seed", type=int, default=None, help="default: random (printed)")
@@ -290,18 +291,19 @@ def spec_from_args(a: argparse.Namespace) -> RunSpec:
     except FaultError as e:
         raise Refused(str(e)) from None
     backend = a.backend or default_backend()
+    used = sorted(recipes.faults_of(weights))   # the recipes' faults too
     # Links through the proxy when a fault needs them: link toxics on any
     # backend; partitions on the local backend (docker cuts them with iptables).
-    needs_link = any("proxy" in injectors.kind(f).needs for f in weights)
-    needs_net = any("net" in injectors.kind(f).needs for f in weights)
+    needs_link = any("proxy" in injectors.kind(f).needs for f in used)
+    needs_net = any("net" in injectors.kind(f).needs for f in used)
     proxied = needs_link or a.mechanism == "proxy" or (
         needs_net and backend == "local" and a.mechanism != "iptables")
-    for f in weights:
+    for f in used:
         why = injectors.unsupported(f, backend=backend, proxied=proxied, zookeepers=a.zookeepers)
         if why:
             raise Refused(f"{why} (backend {backend})")
     if a.mechanism == "iptables" and backend != "docker" and any(
-            injectors.kind(f).family == "partition" for f in weights):
+            injectors.kind(f).family == "partition" for f in used):
         raise Refused("--mechanism iptables needs the docker backend")
     targets = kv_list(a.target, "--target")
     cluster = ClusterSpec(brokers=a.brokers, zookeepers=a.zookeepers,
@@ -316,6 +318,8 @@ def spec_from_args(a: argparse.Namespace) -> RunSpec:
     for f, role in targets.items():
         if f not in weights:
             raise Refused(f"--target {f}={role}: {f} is not among --faults")
+        if f in recipes.RECIPES:
+            raise Refused(f"--target {f}={role}: {f} is a recipe, its steps choose their own roles")
         try:
             Target.parse(role).check_against(cluster.node_names())
         except TargetError as e:
@@ -323,8 +327,9 @@ def spec_from_args(a: argparse.Namespace) -> RunSpec:
     params: dict[str, dict[str, Any]] = {}
     for key, v in kv_list(a.param, "--param").items():
         f, _, k = key.partition(".")
-        if f not in weights or not k:
-            raise Refused(f"--param {key}={v}: expected FAULT.KEY=VALUE for a fault among --faults")
+        if f not in weights or not k or f in recipes.RECIPES:
+            raise Refused(f"--param {key}={v}: expected FAULT.KEY=VALUE for a fault among --faults "
+                          f"(recipes take none)")
         params.setdefault(f, {})[k] = param_value(v)
     try:
         producer = ProducerSettings(acks=a.acks, retries=a.retries, idempotent=a.idempotent,
@@ -340,7 +345,8 @@ def spec_from_args(a: argparse.Namespace) -> RunSpec:
                                  fault_duration_s=_range(a.fault_duration, "--fault-duration"),
                                  quiet_s=a.quiet, brokers=a.brokers, zookeepers=a.zookeepers,
                                  replication_factor=a.replication_factor, targets=targets,
-                                 params=params, overlap=a.overlap)
+                                 params=params, overlap=a.overlap,
+                                 lag_s=recipes.lag_s_of(broker_config))
     except FaultError as e:
         raise Refused(str(e)) from None
     workload = WorkloadSpec(topics_of(a.topics, a.partitions), client=a.client,
@@ -365,6 +371,10 @@ def print_catalogue() -> None:
     for k in injectors.CATALOGUE.values():
         roles = ",".join(r or "-" for r in k.roles)
         print(f"{k.name:<18} {k.family:<10} roles {roles:<32} {k.about}")
+    print("\nrecipes (drawn like a fault: a sequence of faults, the later aimed at the roles "
+          "the earlier made):")
+    for r in recipes.RECIPES.values():
+        print(f"{r.name:<34} {r.about}")
 
 
 def print_schedule(schedule: Schedule, as_json: bool) -> None:

@@ -60,6 +60,12 @@ def test_print_schedule_json(capsys):
     (["--faults", "partition-halves", "--mechanism", "iptables"], "needs the docker backend"),
     (["--faults", "zk-kill", "--target", "zk-kill=zk-2"], "no node 'zk-2'"),
     (["--faults", "kill", "--param", "kill=3"], "expected FAULT.KEY=VALUE"),
+    (["--faults", "kill,isr-shrink-then-leader-loss", "--target", "isr-shrink-then-leader-loss=leader"],
+     "is a recipe, its steps choose their own roles"),
+    (["--faults", "restarted-follower-elected", "--param", "restarted-follower-elected.x=1"],
+     "recipes take none"),
+    (["--faults", "restarted-follower-elected", "--replication-factor", "1"],
+     "needs followers: a replication factor of 2"),
     (["--topics", "a,a"], "named twice"),
     (["--interval", "5,1"], "MIN <= MAX"),
 ])
@@ -116,6 +122,31 @@ def test_fault_refuses_unknown_names(capsys):
     assert "unknown fault" in capsys.readouterr().err
     assert cli("fault", "kill", "--target", "the-boss") == EXIT_REFUSED
     assert "unknown target" in capsys.readouterr().err
+
+
+def test_list_faults_names_the_recipes_after_the_faults(capsys):
+    from faults.injectors import CATALOGUE
+    from faults.recipes import RECIPES
+    assert cli("run", "--list-faults") == EXIT_VALID
+    lines = capsys.readouterr().out.splitlines()
+    first = [line.split()[0] for line in lines if line.strip()]
+    assert first[:len(CATALOGUE)] == list(CATALOGUE)
+    for r in RECIPES.values():   # one line each, after the faults
+        assert f"{r.name:<34} {r.about}" in lines and first.index(r.name) > len(CATALOGUE)
+
+
+def test_recipes_are_drawn_timed_by_the_broker_config_and_need_what_their_faults_need(capsys):
+    argv = ["run", "--backend", "local", "--seed", "4", "--duration", "90",
+            "--faults", "kill:2,isr-shrink-then-leader-loss:3",
+            "--broker-config", "replica.lag.time.max.ms=20000"]
+    p = argparse.ArgumentParser()
+    run_cli.add_parser(p.add_subparsers())
+    spec = run_cli.spec_from_args(p.parse_args(argv))
+    assert spec.cluster.proxied   # the recipe cuts a partition: on the local backend, through the proxy
+    assert spec.schedule.settings["lag_s"] == 20.0
+    assert any(s.recipe == "isr-shrink-then-leader-loss" for s in spec.schedule.steps)
+    assert cli(*argv, "--print-schedule") == EXIT_VALID
+    assert "[isr-shrink-then-leader-loss]" in capsys.readouterr().out
 
 
 # -- slow: against a local cluster -----------------------------------------------------
