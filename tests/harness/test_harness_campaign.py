@@ -64,7 +64,8 @@ def test_the_runs_walk_every_cell_with_fresh_seeds_and_go_round_again():
 
 def test_the_shipped_nightly_campaign_is_valid_in_every_cell():
     c = Campaign.load(DEFAULT_FILE)
-    assert c.name == "nightly" and len(c.combinations()) == 18
+    assert c.name == "nightly" and len(c.combinations()) == 24
+    assert "recipes" in c.axes["faults"]
     check_matrix(c, "docker")
 
 
