@@ -103,9 +103,13 @@ class ReplicaStateMachine:
                 continue
             legal.append(r)
         if target in (R.NEW, R.ONLINE):
+            # New -> Online sends the LeaderAndIsr again (Kafka 0.8 did not):
+            # a replica made New while its broker was down (a reassignment
+            # resumed by a new controller) never got the first one, and a
+            # broker that did ignores a repeated epoch.
             for tp, b in legal:
                 lai = ctx.leaders.get(tp)
-                if lai is not None and not (target is R.ONLINE and self.state((tp, b)) is R.NEW):
+                if lai is not None:
                     self.batch.add_leader_and_isr([b], tp, lai, ctx.replicas_for_request(tp))
                 self._set((tp, b), target)
         elif target is R.OFFLINE:

@@ -143,6 +143,24 @@ def test_controller_replica_state_machine_transitions():
     assert rsm.state((tp, 2)) is ReplicaState.NON_EXISTENT
 
 
+def test_controller_a_new_replica_whose_broker_was_down_is_told_to_follow_when_it_starts():
+    """A reassignment resumed by a new controller makes a down broker's
+    replica New: the LeaderAndIsr cannot reach it. When the broker starts
+    (New -> Online) it must get one, or it never fetches and the
+    reassignment never completes (the guarantees suite found this)."""
+    c = Parts()
+    rsm = c.rsm()
+    tp = ("t", 0)
+    c.ctx.set_assignment(tp, (1,))
+    c.ctx.leaders[tp] = lai(1, [1])
+    del c.ctx.live_brokers[3]
+    rsm.handle([(tp, 3)], ReplicaState.NEW)
+    assert 3 not in c.batch.leader_and_isr
+    c.ctx.live_brokers[3] = BrokerRegistration(3, "h", 9003, 2)
+    rsm.handle([(tp, 3)], ReplicaState.ONLINE)
+    assert c.batch.leader_and_isr[3][tp].leader == 1
+
+
 # -- request batch ---------------------------------------------------------------
 def test_controller_request_batch_one_request_per_broker_and_kind():
     ctx = Parts().ctx
