@@ -231,3 +231,17 @@ def list_offset(conn: KafkaConnection, topic: str, partition: int, timestamp: in
                 partition_index=partition, timestamp=timestamp)])])
     p = resp.topics[0].partitions[0]
     return p.error_code, p.offset
+
+
+def offset_for_leader_epoch(conn: KafkaConnection, topic: str, partition: int,
+                            leader_epoch: int) -> tuple[int, int, int]:
+    """(error, leader epoch, end offset) of OffsetForLeaderEpoch v1 (KIP-279):
+    where the leader's log of `leader_epoch` (or the largest epoch below it)
+    ends, as a truncating follower asks."""
+    from kafka.protocol.consumer import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
+    topic_cls = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
+    resp = conn.call(OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, 1, topics=[
+        topic_cls(topic=topic, partitions=[topic_cls.OffsetForLeaderPartition(
+            partition=partition, leader_epoch=leader_epoch)])])
+    p = resp.topics[0].partitions[0]
+    return p.error_code, p.leader_epoch, p.end_offset

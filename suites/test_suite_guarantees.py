@@ -22,7 +22,7 @@ from cluster.protocol import errors as E
 from faults.injectors.zookeeper import expire_session, read_session
 from harness import kafka_wire, probes
 from harness.replicas import HW_CHECKPOINT, high_watermarks, read_broker
-from suite_helpers import SAFE, ZkView, wait_for
+from suite_helpers import SAFE, SESSION_TIMEOUT_S, ZkView, wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.smoke]
 
@@ -105,6 +105,51 @@ def test_requests_of_a_deposed_controller_are_refused(chaos_run, nemesis):
     kept = read_broker(run.cluster.log_dir(f"broker-{follower}"), {"probe"})
     assert [(r["topic"], r["partition"]) for r in kept] == [("probe", 0)], (
         f"broker {follower}'s replica of probe/0 is gone")
+
+
+def test_a_topic_created_again_does_not_get_the_deleted_topic_s_records(chaos_run, nemesis):
+    """docs/design.md#topic-ids, #g-topics. Topic tt (replicas [D, A, B], D
+    preferred) holds records "old"; D is killed, tt deleted and created
+    again on the same replicas, and A leads it with records "new". When D
+    returns it still holds tt-0 under that name: it must drop it, not serve
+    it. D, made leader by a preferred election, must serve exactly the new
+    topic's records, and agree with A."""
+    run = chaos_run
+    zk = ZkView(run.zk)
+    controller = wait_for(zk.controller, 30, "a controller")
+    d = next(b for b in (1, 2, 3) if b != controller)
+    a, b = [x for x in (1, 2, 3) if x != d]
+    run.create_topics({"tt": 1}, 3, assignment={"tt": {0: [d, a, b]}})
+    wait_for(lambda: len(zk.lai("tt", 0).isr) == 3 and zk.lai("tt", 0).leader == d, 30,
+             f"broker {d} leading tt/0 with a full ISR")
+    conn = _connect_leader(run, d, "tt")
+    try:
+        assert kafka_wire.produce(conn, "tt", 0, [b"old"] * 20)[0] == E.NONE
+    finally:
+        conn.close()
+    killed = nemesis.inject("kill", f"broker-{d}")
+    wait_for(lambda: d not in zk.registered(), SESSION_TIMEOUT_S + 10, f"broker {d} gone")
+    admin.delete_topic(run.zk, "tt", wait=True, timeout=60)
+    run.create_topics({"tt": 1}, 3, assignment={"tt": {0: [d, a, b]}})
+    wait_for(lambda: zk.lai("tt", 0).leader == a, 30, f"broker {a} leading the new tt/0")
+    conn = _connect_leader(run, a, "tt")
+    try:
+        assert kafka_wire.produce(conn, "tt", 0, [b"new"] * 5)[0] == E.NONE
+    finally:
+        conn.close()
+    killed.stop()
+    wait_for(lambda: d in zk.lai("tt", 0).isr, 60, f"broker {d} in the new tt/0's ISR")
+    admin.preferred_election(run.zk, "tt")
+    wait_for(lambda: zk.lai("tt", 0).leader == d, 60, f"broker {d} leading the new tt/0")
+    conn = _connect_leader(run, d, "tt")
+    try:
+        got = kafka_wire.fetch(conn, "tt", 0, 0)
+    finally:
+        conn.close()
+    values = [v for _o, v in got.records]
+    assert values == [b"new"] * 5 and got.high_watermark == 5, (
+        f"broker {d}, down while tt was deleted and created again, serves the new tt/0 as "
+        f"{values} (high watermark {got.high_watermark}): the deleted topic's records came back")
 
 
 def test_isr_shrink_refusals_and_caught_up_rejoin(chaos_run, nemesis):
@@ -198,6 +243,51 @@ def test_isr_shrink_refusals_and_caught_up_rejoin(chaos_run, nemesis):
     assert end >= committed, (
         f"broker {follower} rejoined the ISR holding records up to {end} only, while {committed} "
         f"were committed: elected, it lost records consumers had been given")
+
+
+def test_a_leader_that_cannot_write_its_isr_change_keeps_waiting_for_the_follower(
+        chaos_run, nemesis):
+    """docs/design.md#isr, #g-fencing, #g-hw. Leader L of nz/0 (not the
+    controller) has followers F, cut off from the other brokers, and the
+    controller C. After the lag time L wants F out of the ISR, but L is cut
+    off from ZooKeeper too: its conditional ISR write cannot succeed. Until
+    it does, ZooKeeper names F in sync, and F, elected, would lack whatever
+    L acknowledged: no acks=all write may be acknowledged, however fast C
+    fetches. Nor may C take L's log end for the high watermark: C's
+    checkpoint stays at what was committed."""
+    run = chaos_run
+    zk = ZkView(run.zk)
+    leader = _led_by_a_follower_of_the_controller(run, zk, "nz")
+    controller = zk.controller()
+    follower = next(b for b in (1, 2, 3) if b not in (leader, controller))
+    c_dir = run.cluster.log_dir(f"broker-{controller}")
+    conn = _connect_leader(run, leader, "nz")
+    answers: list[int] = []
+    checkpointed: list[int] = []
+    try:
+        assert kafka_wire.produce(conn, "nz", 0, [b"committed"] * 10)[0] == E.NONE
+        committed = kafka_wire.fetch(conn, "nz", 0, 0, max_bytes=1).high_watermark
+        nemesis.inject("partition-isolate", f"broker-{follower}", among="brokers")
+        isolated = time.monotonic()
+        time.sleep(LAG_S / 2)  # L shrinks no sooner than LAG_S after F's last fetch
+        nemesis.inject("partition-zk", f"broker-{leader}")
+        # L's session outlives its cut by the session timeout; then the
+        # controller elects another leader and C stops fetching from L.
+        until = isolated + LAG_S / 2 + SESSION_TIMEOUT_S
+        while time.monotonic() < until:
+            answers.append(kafka_wire.produce(conn, "nz", 0, [b"not committed"],
+                                              timeout_ms=500)[0])
+            checkpointed.append(high_watermarks(c_dir).get(("nz", 0), 0))
+    finally:
+        conn.close()
+    nemesis.heal()
+    assert E.NONE not in answers, (
+        f"broker {leader}, unable to write its ISR change to ZooKeeper, acknowledged acks=all "
+        f"writes that broker {follower} (in the ISR ZooKeeper holds) lacks: answers "
+        f"{[E.name(a) for a in answers]}")
+    assert max(checkpointed) <= committed, (
+        f"broker {controller}, a follower, checkpointed high watermark {max(checkpointed)} "
+        f"while {committed} records were committed")
 
 
 def test_a_deposed_leader_cut_off_from_its_followers_stops_taking_writes(chaos_run, nemesis):
@@ -462,6 +552,18 @@ def test_a_follower_that_missed_an_epoch_truncates_when_its_old_leader_returns(
         f"broker {c} disagrees with its leader {a} after missing an epoch: batches "
         f"(base offset: (last offset, leader epoch, CRC) on {a}, on {c}) {differ}; "
         f"batch starts only on {c}: {sorted(set(on_c) - set(on_a))}")
+    # What a truncating follower asks (#leader-epoch): the first epoch ends
+    # where the next epoch's first batch begins on the leader.
+    first_epoch = min(epoch for _last, epoch, _crc in on_a.values())
+    next_start = min(o for o, (_last, epoch, _crc) in on_a.items() if epoch > first_epoch)
+    conn = _connect_leader(run, a, "ep")
+    try:
+        answer = kafka_wire.offset_for_leader_epoch(conn, "ep", 0, first_epoch)
+    finally:
+        conn.close()
+    assert answer == (E.NONE, first_epoch, next_start), (
+        f"OffsetForLeaderEpoch({first_epoch}) answered (error, epoch, end offset) {answer}; "
+        f"the leader's log has epoch {first_epoch} end at {next_start}")
 
 
 def test_a_leader_that_restarted_before_the_controller_noticed_is_handled_as_failed(
@@ -632,3 +734,50 @@ def test_a_batch_that_fails_its_crc_is_refused_and_not_stored(chaos_run):
         assert kafka_wire.list_offset(conn, "crc", 0, -1) == (E.NONE, 1), "the log grew"
     finally:
         conn.close()
+
+
+def test_a_new_replica_restarted_during_its_reassignment_keeps_its_log(chaos_run, nemesis):
+    """docs/design.md#broker-startup, #reassignment, #g-durability. rr/0
+    lives on A alone and moves to [A, B, C], B being the controller. C is
+    frozen as the move starts (still registered, so the move is accepted):
+    B catches up and joins the ISR, C never does, so the reassignment stays
+    pending and B is in the new replicas only, not in the assignment. A
+    dies (B leads, the only ISR member), then B restarts: at startup B must
+    keep the replica a pending reassignment is moving to it. B, elected
+    again as the last ISR member, must hold every committed record."""
+    run = chaos_run
+    zk = ZkView(run.zk)
+    b = wait_for(zk.controller, 30, "a controller")
+    a, c = [x for x in (1, 2, 3) if x != b]
+    run.create_topics({"rr": 1}, 1, assignment={"rr": {0: [a]}})
+    wait_for(lambda: zk.lai("rr", 0).leader == a, 30, f"broker {a} leading rr/0")
+    conn = _connect_leader(run, a, "rr")
+    try:
+        for _ in range(10):   # an ISR of one commits acks=1 writes at once
+            assert kafka_wire.produce(conn, "rr", 0, [b"r" * 100] * 100, acks=1)[0] == E.NONE
+        committed = kafka_wire.fetch(conn, "rr", 0, 0, max_bytes=1).high_watermark
+    finally:
+        conn.close()
+    nemesis.inject("pause", f"broker-{c}")
+    admin.reassign(run.zk, {("rr", 0): [a, b, c]})
+    wait_for(lambda: b in zk.lai("rr", 0).isr, 30, f"broker {b} in rr/0's ISR")
+    killed_a = nemesis.inject("kill", f"broker-{a}")
+    wait_for(lambda: zk.lai("rr", 0).leader == b, SESSION_TIMEOUT_S + 30,
+             f"broker {b} leading rr/0 once broker {a} is gone")
+    killed_b = nemesis.inject("kill", f"broker-{b}")
+    wait_for(lambda: b not in zk.registered(), SESSION_TIMEOUT_S + 10, f"broker {b} gone")
+    assert run.zk.exists(zkpaths.REASSIGN_PARTITIONS) is not None, "the reassignment finished"
+    killed_b.stop()
+    wait_for(lambda: zk.lai("rr", 0).leader == b, 60, f"broker {b} leading rr/0 again")
+    conn = _connect_leader(run, b, "rr")
+    try:
+        end = kafka_wire.list_offset(conn, "rr", 0, -1)
+    finally:
+        conn.close()
+    killed_a.stop()
+    nemesis.heal()
+    assert end == (E.NONE, committed), (
+        f"broker {b}, restarted while a reassignment was moving rr/0 to it, leads rr/0 with "
+        f"end offset {end[1]} ({E.name(end[0])}) while {committed} records were committed")
+    wait_for(lambda: run.zk.exists(zkpaths.REASSIGN_PARTITIONS) is None, 45,
+             "the reassignment of rr/0 completing once every broker is back")

@@ -41,9 +41,16 @@ FAULTS = {"kill": 3, "stop": 2, "pause": 2, "hard-bounce": 1, "zk-expire": 2,
 # #g-durability; the first pressure runs found exactly that). One fault at a
 # time, the design must still lose nothing: the damaged replica is not
 # elected while an intact in-sync replica lives, and recovers from the others.
-DISK_FAULTS = {"truncate-tail": 2, "bitflip": 1, "lose-unfsynced": 2, "kill": 1, "stop": 1,
-               "zk-expire": 1, "move-leader": 1}
+DISK_FAULTS = {"truncate-tail": 2, "bitflip": 1, "lose-unfsynced": 2, "bad-offset": 1, "kill": 1,
+               "stop": 1, "zk-expire": 1, "move-leader": 1}
 TARGETS = {"lose-unfsynced": "leader"}
+
+# Churn in the log layer: small segments roll every few seconds, a sparse
+# index entry every few batches, and followers leave and rejoin the ISR
+# within the faults' durations, so rolls, index lookups, truncation across
+# segments and ISR changes all happen under the faults.
+CHURN = {"log.segment.bytes": 64 * 1024, "log.index.interval.bytes": 128,
+         "replica.lag.time.max.ms": 3000}
 
 WORKLOAD = dict(rate=300, producers=3, slots=3, consumers=1, fetchers=1, crash_every_s=25,
                 mix=[{"acks": "all", "idempotent": True, "max_in_flight": 5},
@@ -61,7 +68,7 @@ def pressure_run(workload, nemesis, seed: int, faults=FAULTS, overlap: int = 3):
 
 
 @pytest.mark.smoke
-@pytest.mark.broker_config(**SAFE)
+@pytest.mark.broker_config(**SAFE, **CHURN)
 def test_fixed_configuration_under_everything_at_once(workload, nemesis):
     """min ISR 2, no unclean election, leader-epoch truncation."""
     run = pressure_run(workload, nemesis, SEED)
@@ -69,7 +76,7 @@ def test_fixed_configuration_under_everything_at_once(workload, nemesis):
 
 
 @pytest.mark.pressure
-@pytest.mark.broker_config(**{**SAFE, "min.insync.replicas": 1})
+@pytest.mark.broker_config(**{**SAFE, **CHURN, "min.insync.replicas": 1})
 def test_min_isr_1_without_unclean_election_under_everything_at_once(workload, nemesis):
     """With min ISR 1 an acks=all write may be acknowledged by the leader
     alone; with no unclean election it is still never lost."""
@@ -78,7 +85,7 @@ def test_min_isr_1_without_unclean_election_under_everything_at_once(workload, n
 
 
 @pytest.mark.pressure
-@pytest.mark.broker_config(**SAFE)
+@pytest.mark.broker_config(**SAFE, **CHURN)
 def test_fixed_configuration_under_disk_damage_one_fault_at_a_time(workload, nemesis):
     run = pressure_run(workload, nemesis, SEED + 2, DISK_FAULTS, overlap=1)
     assert_valid(run)
