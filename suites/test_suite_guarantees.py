@@ -107,51 +107,6 @@ def test_requests_of_a_deposed_controller_are_refused(chaos_run, nemesis):
         f"broker {follower}'s replica of probe/0 is gone")
 
 
-def test_a_topic_created_again_does_not_get_the_deleted_topic_s_records(chaos_run, nemesis):
-    """docs/design.md#topic-ids, #g-topics. Topic tt (replicas [D, A, B], D
-    preferred) holds records "old"; D is killed, tt deleted and created
-    again on the same replicas, and A leads it with records "new". When D
-    returns it still holds tt-0 under that name: it must drop it, not serve
-    it. D, made leader by a preferred election, must serve exactly the new
-    topic's records, and agree with A."""
-    run = chaos_run
-    zk = ZkView(run.zk)
-    controller = wait_for(zk.controller, 30, "a controller")
-    d = next(b for b in (1, 2, 3) if b != controller)
-    a, b = [x for x in (1, 2, 3) if x != d]
-    run.create_topics({"tt": 1}, 3, assignment={"tt": {0: [d, a, b]}})
-    wait_for(lambda: len(zk.lai("tt", 0).isr) == 3 and zk.lai("tt", 0).leader == d, 30,
-             f"broker {d} leading tt/0 with a full ISR")
-    conn = _connect_leader(run, d, "tt")
-    try:
-        assert kafka_wire.produce(conn, "tt", 0, [b"old"] * 20)[0] == E.NONE
-    finally:
-        conn.close()
-    killed = nemesis.inject("kill", f"broker-{d}")
-    wait_for(lambda: d not in zk.registered(), SESSION_TIMEOUT_S + 10, f"broker {d} gone")
-    admin.delete_topic(run.zk, "tt", wait=True, timeout=60)
-    run.create_topics({"tt": 1}, 3, assignment={"tt": {0: [d, a, b]}})
-    wait_for(lambda: zk.lai("tt", 0).leader == a, 30, f"broker {a} leading the new tt/0")
-    conn = _connect_leader(run, a, "tt")
-    try:
-        assert kafka_wire.produce(conn, "tt", 0, [b"new"] * 5)[0] == E.NONE
-    finally:
-        conn.close()
-    killed.stop()
-    wait_for(lambda: d in zk.lai("tt", 0).isr, 60, f"broker {d} in the new tt/0's ISR")
-    admin.preferred_election(run.zk, "tt")
-    wait_for(lambda: zk.lai("tt", 0).leader == d, 60, f"broker {d} leading the new tt/0")
-    conn = _connect_leader(run, d, "tt")
-    try:
-        got = kafka_wire.fetch(conn, "tt", 0, 0)
-    finally:
-        conn.close()
-    values = [v for _o, v in got.records]
-    assert values == [b"new"] * 5 and got.high_watermark == 5, (
-        f"broker {d}, down while tt was deleted and created again, serves the new tt/0 as "
-        f"{values} (high watermark {got.high_watermark}): the deleted topic's records came back")
-
-
 def test_isr_shrink_refusals_and_caught_up_rejoin(chaos_run, nemesis):
     """docs/design.md#isr, #acks, on a partition with two replicas (leader L,
     follower F) and min ISR 2:
@@ -288,6 +243,173 @@ def test_a_leader_that_cannot_write_its_isr_change_keeps_waiting_for_the_followe
     assert max(checkpointed) <= committed, (
         f"broker {controller}, a follower, checkpointed high watermark {max(checkpointed)} "
         f"while {committed} records were committed")
+
+
+def test_a_new_replica_restarted_during_its_reassignment_keeps_its_log(chaos_run, nemesis):
+    """docs/design.md#broker-startup, #reassignment, #g-durability. rr/0
+    lives on A alone and moves to [A, B, C], B being the controller. C is
+    frozen as the move starts (still registered, so the move is accepted):
+    B catches up and joins the ISR, C never does, so the reassignment stays
+    pending and B is in the new replicas only, not in the assignment. A
+    dies (B leads, the only ISR member), then B restarts: at startup B must
+    keep the replica a pending reassignment is moving to it. B, elected
+    again as the last ISR member, must hold every committed record."""
+    run = chaos_run
+    zk = ZkView(run.zk)
+    b = wait_for(zk.controller, 30, "a controller")
+    a, c = [x for x in (1, 2, 3) if x != b]
+    run.create_topics({"rr": 1}, 1, assignment={"rr": {0: [a]}})
+    wait_for(lambda: zk.lai("rr", 0).leader == a, 30, f"broker {a} leading rr/0")
+    conn = _connect_leader(run, a, "rr")
+    try:
+        for _ in range(10):   # an ISR of one commits acks=1 writes at once
+            assert kafka_wire.produce(conn, "rr", 0, [b"r" * 100] * 100, acks=1)[0] == E.NONE
+        committed = kafka_wire.fetch(conn, "rr", 0, 0, max_bytes=1).high_watermark
+    finally:
+        conn.close()
+    nemesis.inject("pause", f"broker-{c}")
+    admin.reassign(run.zk, {("rr", 0): [a, b, c]})
+    wait_for(lambda: b in zk.lai("rr", 0).isr, 30, f"broker {b} in rr/0's ISR")
+    killed_a = nemesis.inject("kill", f"broker-{a}")
+    wait_for(lambda: zk.lai("rr", 0).leader == b, SESSION_TIMEOUT_S + 30,
+             f"broker {b} leading rr/0 once broker {a} is gone")
+    killed_b = nemesis.inject("kill", f"broker-{b}")
+    wait_for(lambda: b not in zk.registered(), SESSION_TIMEOUT_S + 10, f"broker {b} gone")
+    assert run.zk.exists(zkpaths.REASSIGN_PARTITIONS) is not None, "the reassignment finished"
+    killed_b.stop()
+    wait_for(lambda: zk.lai("rr", 0).leader == b, 60, f"broker {b} leading rr/0 again")
+    conn = _connect_leader(run, b, "rr")
+    try:
+        end = kafka_wire.list_offset(conn, "rr", 0, -1)
+    finally:
+        conn.close()
+    killed_a.stop()
+    nemesis.heal()
+    assert end == (E.NONE, committed), (
+        f"broker {b}, restarted while a reassignment was moving rr/0 to it, leads rr/0 with "
+        f"end offset {end[1]} ({E.name(end[0])}) while {committed} records were committed")
+    wait_for(lambda: run.zk.exists(zkpaths.REASSIGN_PARTITIONS) is None, 45,
+             "the reassignment of rr/0 completing once every broker is back")
+
+
+def test_a_follower_that_missed_an_epoch_truncates_when_its_old_leader_returns(
+        chaos_run, nemesis):
+    """docs/design.md#leader-and-isr, #truncation, #g-replicas-agree. Leader
+    A's follower C holds records A never committed (the other follower B was
+    frozen); C is then cut off from everything. A dies, B leads and writes
+    other records at the same offsets; A comes back as B's follower and
+    truncates its uncommitted records; a preferred election makes A leader
+    again. Meanwhile C's session expired. When C returns, the controller
+    tells it "A leads": the leader it last followed, in a newer epoch. C
+    must truncate again (ask A where its last epoch ends), not fetch on from
+    its log end: the replicas would disagree at those offsets for good."""
+    run = chaos_run
+    zk = ZkView(run.zk)
+    b = wait_for(zk.controller, 30, "a controller")  # B leads while A is down
+    a, c = [x for x in (1, 2, 3) if x != b]
+    run.create_topics({"ep": 1}, 3, assignment={"ep": {0: [a, b, c]}})
+    wait_for(lambda: len(zk.lai("ep", 0).isr) == 3 and zk.lai("ep", 0).leader == a, 30,
+             f"broker {a} leading ep/0 with a full ISR")
+    conn = _connect_leader(run, a, "ep")
+    try:
+        assert kafka_wire.produce(conn, "ep", 0, [b"1"] * 10)[0] == E.NONE
+        frozen = nemesis.inject("pause", f"broker-{b}")
+        for _ in range(5):   # acks=1: A and C hold them, B does not
+            assert kafka_wire.produce(conn, "ep", 0, [b"2"] * 10, acks=1)[0] == E.NONE
+    finally:
+        conn.close()
+    c_dir, a_dir = run.cluster.log_dir(f"broker-{c}"), run.cluster.log_dir(f"broker-{a}")
+    wait_for(lambda: read_broker(c_dir, {"ep"})[0]["log_end_offset"] == 60, 10,
+             f"broker {c} fetching the records broker {b} lacks")
+    nemesis.inject("partition-isolate", f"broker-{c}")
+    killed = nemesis.inject("kill", f"broker-{a}")
+    frozen.stop()
+    wait_for(lambda: zk.lai("ep", 0).leader == b, 60, f"broker {b} leading ep/0")
+    conn = _connect_leader(run, b, "ep")
+    try:
+        for _ in range(8):   # other records at the offsets C holds, and more
+            assert kafka_wire.produce(conn, "ep", 0, [b"3"] * 10, acks=1)[0] == E.NONE
+    finally:
+        conn.close()
+    killed.stop()                            # A restarts: B's follower
+    wait_for(lambda: a in zk.lai("ep", 0).isr, 60, f"broker {a} back in the ISR")
+    wait_for(lambda: c not in zk.registered(), 30, f"broker {c}'s session expiring")
+    admin.preferred_election(run.zk, "ep")
+    wait_for(lambda: zk.lai("ep", 0).leader == a, 60, f"broker {a} leading ep/0 again")
+    nemesis.heal()
+    wait_for(lambda: c in zk.lai("ep", 0).isr, 60, f"broker {c} back in the ISR")
+
+    def batches(log_dir) -> dict[int, tuple]:
+        return {base: (last, epoch, crc)
+                for base, last, epoch, crc in read_broker(log_dir, {"ep"})[0]["batches"]}
+
+    on_a, on_c = batches(a_dir), batches(c_dir)
+    differ = {o: (on_a[o], on_c[o]) for o in sorted(set(on_a) & set(on_c)) if on_a[o] != on_c[o]}
+    assert not differ and set(on_c) <= set(on_a), (
+        f"broker {c} disagrees with its leader {a} after missing an epoch: batches "
+        f"(base offset: (last offset, leader epoch, CRC) on {a}, on {c}) {differ}; "
+        f"batch starts only on {c}: {sorted(set(on_c) - set(on_a))}")
+    # What a truncating follower asks (#leader-epoch): the first epoch ends
+    # where the next epoch's first batch begins on the leader.
+    first_epoch = min(epoch for _last, epoch, _crc in on_a.values())
+    next_start = min(o for o, (_last, epoch, _crc) in on_a.items() if epoch > first_epoch)
+    conn = _connect_leader(run, a, "ep")
+    try:
+        answer = kafka_wire.offset_for_leader_epoch(conn, "ep", 0, first_epoch)
+    finally:
+        conn.close()
+    assert answer == (E.NONE, first_epoch, next_start), (
+        f"OffsetForLeaderEpoch({first_epoch}) answered (error, epoch, end offset) {answer}; "
+        f"the leader's log has epoch {first_epoch} end at {next_start}")
+
+
+def test_a_topic_created_again_does_not_get_the_deleted_topic_s_records(chaos_run, nemesis):
+    """docs/design.md#topic-ids, #g-topics, #g-broker-failure. Topic tt
+    (replicas [D, A, B], D preferred) holds records "old"; D is killed, tt
+    deleted and created again on the same replicas, and A leads it with
+    records "new". When D returns it still holds tt-0 under that name: it
+    must drop it, not serve it. D, made leader by a preferred election, must
+    serve exactly the new topic's records. Topic td, created while its only
+    replica D is down, gets D as its leader when D returns."""
+    run = chaos_run
+    zk = ZkView(run.zk)
+    controller = wait_for(zk.controller, 30, "a controller")
+    d = next(b for b in (1, 2, 3) if b != controller)
+    a, b = [x for x in (1, 2, 3) if x != d]
+    run.create_topics({"tt": 1}, 3, assignment={"tt": {0: [d, a, b]}})
+    wait_for(lambda: len(zk.lai("tt", 0).isr) == 3 and zk.lai("tt", 0).leader == d, 30,
+             f"broker {d} leading tt/0 with a full ISR")
+    conn = _connect_leader(run, d, "tt")
+    try:
+        assert kafka_wire.produce(conn, "tt", 0, [b"old"] * 20)[0] == E.NONE
+    finally:
+        conn.close()
+    killed = nemesis.inject("kill", f"broker-{d}")
+    wait_for(lambda: d not in zk.registered(), SESSION_TIMEOUT_S + 10, f"broker {d} gone")
+    admin.delete_topic(run.zk, "tt", wait=True, timeout=60)
+    run.create_topics({"tt": 1}, 3, assignment={"tt": {0: [d, a, b]}})
+    admin.create_topic(run.zk, "td", 1, 1, replica_assignment={0: [d]})
+    wait_for(lambda: zk.lai("tt", 0).leader == a, 30, f"broker {a} leading the new tt/0")
+    conn = _connect_leader(run, a, "tt")
+    try:
+        assert kafka_wire.produce(conn, "tt", 0, [b"new"] * 5)[0] == E.NONE
+    finally:
+        conn.close()
+    killed.stop()
+    wait_for(lambda: zk.lai("td", 0).leader == d, 30,
+             f"broker {d} leading td/0, created while it was down")
+    wait_for(lambda: d in zk.lai("tt", 0).isr, 60, f"broker {d} in the new tt/0's ISR")
+    admin.preferred_election(run.zk, "tt")
+    wait_for(lambda: zk.lai("tt", 0).leader == d, 60, f"broker {d} leading the new tt/0")
+    conn = _connect_leader(run, d, "tt")
+    try:
+        got = kafka_wire.fetch(conn, "tt", 0, 0)
+    finally:
+        conn.close()
+    values = [v for _o, v in got.records]
+    assert values == [b"new"] * 5 and got.high_watermark == 5, (
+        f"broker {d}, down while tt was deleted and created again, serves the new tt/0 as "
+        f"{values} (high watermark {got.high_watermark}): the deleted topic's records came back")
 
 
 def test_a_deposed_leader_cut_off_from_its_followers_stops_taking_writes(chaos_run, nemesis):
@@ -495,77 +617,6 @@ def test_a_truncated_batch_is_written_when_its_producer_retries_it(chaos_run, ne
         f"the log holds {values}: the retried batch was answered but not written")
 
 
-def test_a_follower_that_missed_an_epoch_truncates_when_its_old_leader_returns(
-        chaos_run, nemesis):
-    """docs/design.md#leader-and-isr, #truncation, #g-replicas-agree. Leader
-    A's follower C holds records A never committed (the other follower B was
-    frozen); C is then cut off from everything. A dies, B leads and writes
-    other records at the same offsets; A comes back as B's follower and
-    truncates its uncommitted records; a preferred election makes A leader
-    again. Meanwhile C's session expired. When C returns, the controller
-    tells it "A leads": the leader it last followed, in a newer epoch. C
-    must truncate again (ask A where its last epoch ends), not fetch on from
-    its log end: the replicas would disagree at those offsets for good."""
-    run = chaos_run
-    zk = ZkView(run.zk)
-    b = wait_for(zk.controller, 30, "a controller")  # B leads while A is down
-    a, c = [x for x in (1, 2, 3) if x != b]
-    run.create_topics({"ep": 1}, 3, assignment={"ep": {0: [a, b, c]}})
-    wait_for(lambda: len(zk.lai("ep", 0).isr) == 3 and zk.lai("ep", 0).leader == a, 30,
-             f"broker {a} leading ep/0 with a full ISR")
-    conn = _connect_leader(run, a, "ep")
-    try:
-        assert kafka_wire.produce(conn, "ep", 0, [b"1"] * 10)[0] == E.NONE
-        frozen = nemesis.inject("pause", f"broker-{b}")
-        for _ in range(5):   # acks=1: A and C hold them, B does not
-            assert kafka_wire.produce(conn, "ep", 0, [b"2"] * 10, acks=1)[0] == E.NONE
-    finally:
-        conn.close()
-    c_dir, a_dir = run.cluster.log_dir(f"broker-{c}"), run.cluster.log_dir(f"broker-{a}")
-    wait_for(lambda: read_broker(c_dir, {"ep"})[0]["log_end_offset"] == 60, 10,
-             f"broker {c} fetching the records broker {b} lacks")
-    nemesis.inject("partition-isolate", f"broker-{c}")
-    killed = nemesis.inject("kill", f"broker-{a}")
-    frozen.stop()
-    wait_for(lambda: zk.lai("ep", 0).leader == b, 60, f"broker {b} leading ep/0")
-    conn = _connect_leader(run, b, "ep")
-    try:
-        for _ in range(8):   # other records at the offsets C holds, and more
-            assert kafka_wire.produce(conn, "ep", 0, [b"3"] * 10, acks=1)[0] == E.NONE
-    finally:
-        conn.close()
-    killed.stop()                            # A restarts: B's follower
-    wait_for(lambda: a in zk.lai("ep", 0).isr, 60, f"broker {a} back in the ISR")
-    wait_for(lambda: c not in zk.registered(), 30, f"broker {c}'s session expiring")
-    admin.preferred_election(run.zk, "ep")
-    wait_for(lambda: zk.lai("ep", 0).leader == a, 60, f"broker {a} leading ep/0 again")
-    nemesis.heal()
-    wait_for(lambda: c in zk.lai("ep", 0).isr, 60, f"broker {c} back in the ISR")
-
-    def batches(log_dir) -> dict[int, tuple]:
-        return {base: (last, epoch, crc)
-                for base, last, epoch, crc in read_broker(log_dir, {"ep"})[0]["batches"]}
-
-    on_a, on_c = batches(a_dir), batches(c_dir)
-    differ = {o: (on_a[o], on_c[o]) for o in sorted(set(on_a) & set(on_c)) if on_a[o] != on_c[o]}
-    assert not differ and set(on_c) <= set(on_a), (
-        f"broker {c} disagrees with its leader {a} after missing an epoch: batches "
-        f"(base offset: (last offset, leader epoch, CRC) on {a}, on {c}) {differ}; "
-        f"batch starts only on {c}: {sorted(set(on_c) - set(on_a))}")
-    # What a truncating follower asks (#leader-epoch): the first epoch ends
-    # where the next epoch's first batch begins on the leader.
-    first_epoch = min(epoch for _last, epoch, _crc in on_a.values())
-    next_start = min(o for o, (_last, epoch, _crc) in on_a.items() if epoch > first_epoch)
-    conn = _connect_leader(run, a, "ep")
-    try:
-        answer = kafka_wire.offset_for_leader_epoch(conn, "ep", 0, first_epoch)
-    finally:
-        conn.close()
-    assert answer == (E.NONE, first_epoch, next_start), (
-        f"OffsetForLeaderEpoch({first_epoch}) answered (error, epoch, end offset) {answer}; "
-        f"the leader's log has epoch {first_epoch} end at {next_start}")
-
-
 def test_a_leader_that_restarted_before_the_controller_noticed_is_handled_as_failed(
         chaos_run, nemesis):
     """docs/design.md#broker-failure, #g-durability. Leader L of bn/0 (not
@@ -734,50 +785,3 @@ def test_a_batch_that_fails_its_crc_is_refused_and_not_stored(chaos_run):
         assert kafka_wire.list_offset(conn, "crc", 0, -1) == (E.NONE, 1), "the log grew"
     finally:
         conn.close()
-
-
-def test_a_new_replica_restarted_during_its_reassignment_keeps_its_log(chaos_run, nemesis):
-    """docs/design.md#broker-startup, #reassignment, #g-durability. rr/0
-    lives on A alone and moves to [A, B, C], B being the controller. C is
-    frozen as the move starts (still registered, so the move is accepted):
-    B catches up and joins the ISR, C never does, so the reassignment stays
-    pending and B is in the new replicas only, not in the assignment. A
-    dies (B leads, the only ISR member), then B restarts: at startup B must
-    keep the replica a pending reassignment is moving to it. B, elected
-    again as the last ISR member, must hold every committed record."""
-    run = chaos_run
-    zk = ZkView(run.zk)
-    b = wait_for(zk.controller, 30, "a controller")
-    a, c = [x for x in (1, 2, 3) if x != b]
-    run.create_topics({"rr": 1}, 1, assignment={"rr": {0: [a]}})
-    wait_for(lambda: zk.lai("rr", 0).leader == a, 30, f"broker {a} leading rr/0")
-    conn = _connect_leader(run, a, "rr")
-    try:
-        for _ in range(10):   # an ISR of one commits acks=1 writes at once
-            assert kafka_wire.produce(conn, "rr", 0, [b"r" * 100] * 100, acks=1)[0] == E.NONE
-        committed = kafka_wire.fetch(conn, "rr", 0, 0, max_bytes=1).high_watermark
-    finally:
-        conn.close()
-    nemesis.inject("pause", f"broker-{c}")
-    admin.reassign(run.zk, {("rr", 0): [a, b, c]})
-    wait_for(lambda: b in zk.lai("rr", 0).isr, 30, f"broker {b} in rr/0's ISR")
-    killed_a = nemesis.inject("kill", f"broker-{a}")
-    wait_for(lambda: zk.lai("rr", 0).leader == b, SESSION_TIMEOUT_S + 30,
-             f"broker {b} leading rr/0 once broker {a} is gone")
-    killed_b = nemesis.inject("kill", f"broker-{b}")
-    wait_for(lambda: b not in zk.registered(), SESSION_TIMEOUT_S + 10, f"broker {b} gone")
-    assert run.zk.exists(zkpaths.REASSIGN_PARTITIONS) is not None, "the reassignment finished"
-    killed_b.stop()
-    wait_for(lambda: zk.lai("rr", 0).leader == b, 60, f"broker {b} leading rr/0 again")
-    conn = _connect_leader(run, b, "rr")
-    try:
-        end = kafka_wire.list_offset(conn, "rr", 0, -1)
-    finally:
-        conn.close()
-    killed_a.stop()
-    nemesis.heal()
-    assert end == (E.NONE, committed), (
-        f"broker {b}, restarted while a reassignment was moving rr/0 to it, leads rr/0 with "
-        f"end offset {end[1]} ({E.name(end[0])}) while {committed} records were committed")
-    wait_for(lambda: run.zk.exists(zkpaths.REASSIGN_PARTITIONS) is None, 45,
-             "the reassignment of rr/0 completing once every broker is back")
