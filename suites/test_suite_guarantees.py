@@ -64,15 +64,21 @@ def _connect_leader(run, broker: int, topic: str, timeout: float = 30.0
     return conn
 
 
+def _create_led_by(run, zk: ZkView, topic: str, replicas: list[int]) -> None:
+    """Create `topic` (one partition on `replicas`, the first preferred) and
+    wait until the first leads it with a full ISR."""
+    run.create_topics({topic: 1}, len(replicas), assignment={topic: {0: replicas}})
+    wait_for(lambda: (len(zk.lai(topic, 0).isr) == len(replicas)
+                      and zk.lai(topic, 0).leader == replicas[0]), 30,
+             f"broker {replicas[0]} leading {topic}/0 with a full ISR")
+
+
 def _led_by_a_follower_of_the_controller(run, zk: ZkView, topic: str) -> int:
     """Create `topic` (one partition, three replicas) led by a broker that is
     not the controller; wait for its full ISR; return the leader."""
     controller = wait_for(zk.controller, 30, "a controller")
     leader = next(b for b in (1, 2, 3) if b != controller)
-    run.create_topics({topic: 1}, 3,
-                      assignment={topic: {0: [leader] + [b for b in (1, 2, 3) if b != leader]}})
-    wait_for(lambda: len(zk.lai(topic, 0).isr) == 3 and zk.lai(topic, 0).leader == leader, 30,
-             f"broker {leader} leading {topic}/0 with a full ISR")
+    _create_led_by(run, zk, topic, [leader] + [b for b in (1, 2, 3) if b != leader])
     return leader
 
 
@@ -307,9 +313,7 @@ def test_a_follower_that_missed_an_epoch_truncates_when_its_old_leader_returns(
     zk = ZkView(run.zk)
     b = wait_for(zk.controller, 30, "a controller")  # B leads while A is down
     a, c = [x for x in (1, 2, 3) if x != b]
-    run.create_topics({"ep": 1}, 3, assignment={"ep": {0: [a, b, c]}})
-    wait_for(lambda: len(zk.lai("ep", 0).isr) == 3 and zk.lai("ep", 0).leader == a, 30,
-             f"broker {a} leading ep/0 with a full ISR")
+    _create_led_by(run, zk, "ep", [a, b, c])
     conn = _connect_leader(run, a, "ep")
     try:
         assert kafka_wire.produce(conn, "ep", 0, [b"1"] * 10)[0] == E.NONE
@@ -376,9 +380,7 @@ def test_a_topic_created_again_does_not_get_the_deleted_topic_s_records(chaos_ru
     controller = wait_for(zk.controller, 30, "a controller")
     d = next(b for b in (1, 2, 3) if b != controller)
     a, b = [x for x in (1, 2, 3) if x != d]
-    run.create_topics({"tt": 1}, 3, assignment={"tt": {0: [d, a, b]}})
-    wait_for(lambda: len(zk.lai("tt", 0).isr) == 3 and zk.lai("tt", 0).leader == d, 30,
-             f"broker {d} leading tt/0 with a full ISR")
+    _create_led_by(run, zk, "tt", [d, a, b])
     conn = _connect_leader(run, d, "tt")
     try:
         assert kafka_wire.produce(conn, "tt", 0, [b"old"] * 20)[0] == E.NONE
