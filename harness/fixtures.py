@@ -34,6 +34,7 @@ from typing import Any, Iterable, Mapping
 
 import pytest
 
+from faults import recipes
 from faults.nemesis import Nemesis, Schedule, make_schedule
 from harness.history import HistoryRecorder
 from harness.run import Run
@@ -115,7 +116,7 @@ class NemesisFactory:
         schedule = faults if isinstance(faults, Schedule) else make_schedule(
             seed, faults, duration_s=duration, interval_s=interval, fault_duration_s=fault_duration,
             quiet_s=quiet, brokers=spec.brokers, zookeepers=spec.zookeepers, targets=targets,
-            params=params, overlap=overlap)
+            params=params, overlap=overlap, lag_s=recipes.lag_s_of(spec.broker_config))
         return self.run.start_nemesis(schedule, partition=partition)
 
     def inject(self, fault: str, target: str | None = None, *,
