@@ -28,8 +28,11 @@ pytestmark = [pytest.mark.docker, pytest.mark.smoke]
 
 LAG_S = 5.0
 CHECKPOINT_S = 0.5
+# A sparse-index entry every few small batches, so that truncations cut
+# through index entries as they do on a busy broker.
 CONFIG = {**SAFE, "replica.lag.time.max.ms": int(LAG_S * 1000),
-          "replica.high.watermark.checkpoint.interval.ms": int(CHECKPOINT_S * 1000)}
+          "replica.high.watermark.checkpoint.interval.ms": int(CHECKPOINT_S * 1000),
+          "log.index.interval.bytes": 128}
 
 
 @pytest.fixture(scope="module")
@@ -331,8 +334,9 @@ def test_a_follower_that_missed_an_epoch_truncates_when_its_old_leader_returns(
     wait_for(lambda: zk.lai("ep", 0).leader == b, 60, f"broker {b} leading ep/0")
     conn = _connect_leader(run, b, "ep")
     try:
-        for _ in range(8):   # other records at the offsets C holds, and more
-            assert kafka_wire.produce(conn, "ep", 0, [b"3"] * 10, acks=1)[0] == E.NONE
+        for _ in range(8):   # other records at the offsets C holds, and more,
+            # larger: A's truncated index entries point into different bytes
+            assert kafka_wire.produce(conn, "ep", 0, [b"3" * 40] * 10, acks=1)[0] == E.NONE
     finally:
         conn.close()
     killed.stop()                            # A restarts: B's follower
