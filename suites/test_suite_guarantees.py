@@ -434,11 +434,19 @@ def test_a_controller_request_to_a_broker_cut_off_reaches_it_once_the_cut_heals(
     c = wait_for(zk.controller, 30, "a controller")
     leader, f = [x for x in (1, 2, 3) if x != c]
     _create_led_by(run, zk, "ch", [leader, c, f])
+
+    def failed_requests() -> int:  # the controller's log says each failure
+        return run.cluster.logs(f"broker-{c}").count(f"LeaderAndIsrRequest to broker {f} at")
+    failed_before = failed_requests()
     nemesis.inject("partition-isolate", f"broker-{f}", among="brokers")
     nemesis.inject("kill", f"broker-{leader}")
     wait_for(lambda: zk.lai("ch", 0).leader == c, SESSION_TIMEOUT_S + 30,
              f"broker {c} leading ch/0 once broker {leader} is gone")
-    time.sleep(CONTROLLER_SOCKET_S + 2)  # the request to F has timed out by now
+    wait_for(lambda: zk.lai("ch", 0).isr == (c,), LAG_S + 30, f"broker {f} out of ch/0's ISR")
+    wait_for(lambda: failed_requests() > failed_before, CONTROLLER_SOCKET_S + 30,
+             f"a LeaderAndIsr to broker {f} failing")
+    # Every request queued for F meanwhile has failed once by now.
+    time.sleep(2 * CONTROLLER_SOCKET_S)
     nemesis.heal()
     wait_for(lambda: f in zk.lai("ch", 0).isr and zk.lai("ch", 0).leader == c, LAG_S + 30,
              f"broker {f} following broker {c} and back in ch/0's ISR after the cut healed "
