@@ -28,14 +28,11 @@ pytestmark = [pytest.mark.docker, pytest.mark.smoke]
 
 LAG_S = 5.0
 CHECKPOINT_S = 0.5
-CONTROLLER_SOCKET_S = 10.0
 # A sparse-index entry every few small batches, so that truncations cut
-# through index entries as they do on a busy broker; a controller request
-# to an unreachable broker fails (and is retried) after CONTROLLER_SOCKET_S.
+# through index entries as they do on a busy broker.
 CONFIG = {**SAFE, "replica.lag.time.max.ms": int(LAG_S * 1000),
           "replica.high.watermark.checkpoint.interval.ms": int(CHECKPOINT_S * 1000),
-          "log.index.interval.bytes": 128,
-          "controller.socket.timeout.ms": int(CONTROLLER_SOCKET_S * 1000)}
+          "log.index.interval.bytes": 128}
 
 
 @pytest.fixture(scope="module")
@@ -419,38 +416,6 @@ def test_a_topic_created_again_does_not_get_the_deleted_topic_s_records(chaos_ru
     assert values == [b"new"] * 5 and got.high_watermark == 5, (
         f"broker {d}, down while tt was deleted and created again, serves the new tt/0 as "
         f"{values} (high watermark {got.high_watermark}): the deleted topic's records came back")
-
-
-def test_a_controller_request_to_a_broker_cut_off_reaches_it_once_the_cut_heals(
-        chaos_run, nemesis):
-    """docs/design.md#request-batch, #g-recovery. Leader L of ch/0
-    (replicas [L, C, F], C the controller) dies while F is cut off from the
-    other brokers (not from ZooKeeper). C leads; its LeaderAndIsr telling F
-    to follow C cannot reach F and fails. It must be retried until F
-    answers: nothing else will tell F, which would otherwise fetch from L
-    for good and never rejoin the ISR."""
-    run = chaos_run
-    zk = ZkView(run.zk)
-    c = wait_for(zk.controller, 30, "a controller")
-    leader, f = [x for x in (1, 2, 3) if x != c]
-    _create_led_by(run, zk, "ch", [leader, c, f])
-
-    def failed_requests() -> int:  # the controller's log says each failure
-        return run.cluster.logs(f"broker-{c}").count(f"LeaderAndIsrRequest to broker {f} at")
-    failed_before = failed_requests()
-    nemesis.inject("partition-isolate", f"broker-{f}", among="brokers")
-    nemesis.inject("kill", f"broker-{leader}")
-    wait_for(lambda: zk.lai("ch", 0).leader == c, SESSION_TIMEOUT_S + 30,
-             f"broker {c} leading ch/0 once broker {leader} is gone")
-    wait_for(lambda: zk.lai("ch", 0).isr == (c,), LAG_S + 30, f"broker {f} out of ch/0's ISR")
-    wait_for(lambda: failed_requests() > failed_before, CONTROLLER_SOCKET_S + 30,
-             f"a LeaderAndIsr to broker {f} failing")
-    # Every request queued for F meanwhile has failed once by now.
-    time.sleep(2 * CONTROLLER_SOCKET_S)
-    nemesis.heal()
-    wait_for(lambda: f in zk.lai("ch", 0).isr and zk.lai("ch", 0).leader == c, LAG_S + 30,
-             f"broker {f} following broker {c} and back in ch/0's ISR after the cut healed "
-             f"(the LeaderAndIsr sent while it was cut off)")
 
 
 def test_a_deposed_leader_cut_off_from_its_followers_stops_taking_writes(chaos_run, nemesis):
