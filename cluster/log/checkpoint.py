@@ -6,10 +6,11 @@
 
 Used for the high-watermark file (`replication-offset-checkpoint`), the
 recovery points (`recovery-point-offset-checkpoint`) and a replica's
-`leader-epoch-checkpoint`. A replica's `partition.metadata` (its topic id) is
-Kafka's small "key: value" file, written the same way. A checkpoint is always replaced whole: written to a
+`leader-epoch-checkpoint`. A checkpoint is always replaced whole: written to a
 temporary file, fsynced, renamed over the old one, and the directory fsynced,
-so a crash leaves either the old or the new content, never a mix.
+so a crash leaves either the old or the new content, never a mix. A replica's
+`partition.metadata` (its topic id, Kafka's "key: value" file) is written the
+same way.
 """
 from __future__ import annotations
 
