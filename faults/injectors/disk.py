@@ -33,17 +33,15 @@ active segment is the one with the highest base offset.
 from __future__ import annotations
 
 import re
-import struct
 from pathlib import Path
 from typing import Any
 
+from cluster.log.batch import LOG_OVERHEAD, peek_offset_and_size, set_base_offset
 from faults.injectors.base import FaultError, Injector
 from faults.injectors.process import restart
 
 SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
 REPLICA_DIR_RE = re.compile(r"^(.+)-(\d+)$")
-# What starts every batch: baseOffset int64, batchLength int32 (the bytes after these 12).
-BATCH_PREFIX = struct.Struct(">qi")
 
 
 # -- pure file logic (unit-tested on synthetic segments) ------------------------
@@ -85,26 +83,23 @@ def cut_tail(path: Path, nbytes: int) -> int:
 
 
 def shift_last_base_offset(path: Path, by: int) -> tuple[int, int] | None:
-    """Add `by` to the baseOffset of the last batch of segment `path`, in
-    place; (old, new), or None when the file holds no whole batch. The
+    """Add `by` to the baseOffset of the last batch of segment `path`;
+    (old, new), or None when the file holds no whole batch. The
     batches are walked by their length fields alone: no CRC is checked, and
     none needs recomputing."""
-    size = path.stat().st_size
-    last = None
-    with open(path, "r+b") as f:
-        pos = 0
-        while pos + BATCH_PREFIX.size <= size:
-            f.seek(pos)
-            base, length = BATCH_PREFIX.unpack(f.read(BATCH_PREFIX.size))
-            if length < 0 or pos + BATCH_PREFIX.size + length > size:
-                break   # garbage or a torn tail: no whole batch from here
-            last = (pos, base)
-            pos += BATCH_PREFIX.size + length
-        if last is None:
-            return None
-        pos, base = last
-        f.seek(pos)
-        f.write(struct.pack(">q", base + by))
+    buf = bytearray(path.read_bytes())
+    pos, last = 0, None
+    while pos + LOG_OVERHEAD <= len(buf):
+        base, size = peek_offset_and_size(buf, pos)
+        if size < LOG_OVERHEAD or pos + size > len(buf):
+            break   # garbage or a torn tail: no whole batch from here
+        last = (pos, base)
+        pos += size
+    if last is None:
+        return None
+    pos, base = last
+    set_base_offset(buf, pos, base + by)
+    path.write_bytes(buf)
     return base, base + by
 
 
