@@ -76,6 +76,18 @@ def _create_led_by(run, zk: ZkView, topic: str, replicas: list[int]) -> None:
              f"broker {replicas[0]} leading {topic}/0 with a full ISR")
 
 
+def _crash(run, nemesis, broker: int):
+    """Kill `broker` (SIGKILL) and expire its ZooKeeper session at once, as
+    ZooKeeper itself does a session timeout later: the controller handles
+    the failure now, not SESSION_TIMEOUT_S from now. Returns the injector
+    (its stop() restarts the broker)."""
+    node = f"broker-{broker}"
+    session, password = read_session(run.cluster, node)
+    killed = nemesis.inject("kill", node)
+    expire_session(run.cluster.zookeeper_connect, session, password)
+    return killed
+
+
 def _led_by_a_follower_of_the_controller(run, zk: ZkView, topic: str) -> int:
     """Create `topic` (one partition, three replicas) led by a broker that is
     not the controller; wait for its full ISR; return the leader."""
@@ -176,6 +188,16 @@ def test_isr_shrink_refusals_and_caught_up_rejoin(chaos_run, nemesis):
 
         wait_for(lambda: zk.lai("i", 0).isr == (leader,), LAG_S + 15,
                  f"broker {follower} out of the ISR within the lag time ({LAG_S:g} s) + 15 s")
+        # The controller hears of the leader's ISR change and tells the
+        # brokers (#g-metadata): its own Metadata answers name the new ISR.
+        # (The follower may be the controller: it is cut off from the other
+        # brokers, never from itself.)
+        cconn = _connect(run, wait_for(zk.controller, 30, "a controller"))
+        try:
+            wait_for(lambda: kafka_wire.metadata(cconn, ["i"]).partitions[("i", 0)].isr
+                     == [leader], 15, f"the controller's Metadata naming the ISR [{leader}]")
+        finally:
+            cconn.close()
         writer.join(40)
         assert waiting.get("error") == E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, (
             "an acks=all write waiting when the ISR shrank below min.insync.replicas was "
@@ -197,7 +219,7 @@ def test_isr_shrink_refusals_and_caught_up_rejoin(chaos_run, nemesis):
     nemesis.heal()
     wait_for(lambda: follower in zk.lai("i", 0).isr, 60, f"broker {follower} back in the ISR",
              interval=0.01)
-    nemesis.inject("kill", f"broker-{leader}")
+    _crash(run, nemesis, leader)
     wait_for(lambda: zk.lai("i", 0).leader == follower, 60, f"broker {follower} elected")
     fconn = _connect_leader(run, follower, "i")
     try:
@@ -207,6 +229,39 @@ def test_isr_shrink_refusals_and_caught_up_rejoin(chaos_run, nemesis):
     assert end >= committed, (
         f"broker {follower} rejoined the ISR holding records up to {end} only, while {committed} "
         f"were committed: elected, it lost records consumers had been given")
+
+
+def test_an_election_after_a_leader_failure_keeps_a_lagging_replica_out_of_the_isr(
+        chaos_run, nemesis):
+    """docs/design.md#leader-selection, #broker-failure, #g-isr. oe/0 has leader L and
+    followers F (the controller) and G. G is cut off from the other brokers
+    (not from ZooKeeper: it stays registered, alive) and leaves the ISR; L
+    then writes records G lacks. When L's session expires the controller
+    elects F, and the new ISR is the old ISR's live members: G, alive but
+    behind, must not be written back into it, or it could be elected next
+    and lose what L acknowledged."""
+    run = chaos_run
+    zk = ZkView(run.zk)
+    f = wait_for(zk.controller, 30, "a controller")
+    leader, g = [b for b in (1, 2, 3) if b != f]
+    _create_led_by(run, zk, "oe", [leader, f, g])
+    nemesis.inject("partition-isolate", f"broker-{g}", among="brokers")
+    wait_for(lambda: set(zk.lai("oe", 0).isr) == {leader, f}, LAG_S + 15,
+             f"broker {g} out of the ISR within the lag time ({LAG_S:g} s) + 15 s")
+    conn = _connect_leader(run, leader, "oe")
+    try:
+        assert kafka_wire.produce(conn, "oe", 0, [b"g lacks"] * 10)[0] == E.NONE
+    finally:
+        conn.close()
+    nemesis.inject("zk-expire", f"broker-{leader}")
+    elected = wait_for(lambda: (lai := zk.lai("oe", 0)).leader == f and lai, 30,
+                       f"broker {f} elected after broker {leader}'s session expired",
+                       interval=0.01)
+    nemesis.heal()
+    assert g not in elected.isr, (
+        f"the election after broker {leader}'s failure wrote ISR {list(elected.isr)}: broker "
+        f"{g}, alive but cut off and out of the ISR, was put back in sync")
+    wait_for(lambda: g in zk.lai("oe", 0).isr, 60, f"broker {g} back in the ISR")
 
 
 def test_a_leader_that_cannot_write_its_isr_change_keeps_waiting_for_the_follower(
@@ -279,11 +334,11 @@ def test_a_new_replica_restarted_during_its_reassignment_keeps_its_log(chaos_run
     nemesis.inject("pause", f"broker-{c}")
     admin.reassign(run.zk, {("rr", 0): [a, b, c]})
     wait_for(lambda: b in zk.lai("rr", 0).isr, 30, f"broker {b} in rr/0's ISR")
-    killed_a = nemesis.inject("kill", f"broker-{a}")
-    wait_for(lambda: zk.lai("rr", 0).leader == b, SESSION_TIMEOUT_S + 30,
+    killed_a = _crash(run, nemesis, a)
+    wait_for(lambda: zk.lai("rr", 0).leader == b, 30,
              f"broker {b} leading rr/0 once broker {a} is gone")
-    killed_b = nemesis.inject("kill", f"broker-{b}")
-    wait_for(lambda: b not in zk.registered(), SESSION_TIMEOUT_S + 10, f"broker {b} gone")
+    killed_b = _crash(run, nemesis, b)
+    wait_for(lambda: b not in zk.registered(), 10, f"broker {b} gone")
     assert run.zk.exists(zkpaths.REASSIGN_PARTITIONS) is not None, "the reassignment finished"
     killed_b.stop()
     wait_for(lambda: zk.lai("rr", 0).leader == b, 60, f"broker {b} leading rr/0 again")
@@ -329,7 +384,7 @@ def test_a_follower_that_missed_an_epoch_truncates_when_its_old_leader_returns(
     wait_for(lambda: read_broker(c_dir, {"ep"})[0]["log_end_offset"] == 60, 10,
              f"broker {c} fetching the records broker {b} lacks")
     nemesis.inject("partition-isolate", f"broker-{c}")
-    killed = nemesis.inject("kill", f"broker-{a}")
+    killed = _crash(run, nemesis, a)
     frozen.stop()
     wait_for(lambda: zk.lai("ep", 0).leader == b, 60, f"broker {b} leading ep/0")
     conn = _connect_leader(run, b, "ep")
@@ -390,8 +445,8 @@ def test_a_topic_created_again_does_not_get_the_deleted_topic_s_records(chaos_ru
         assert kafka_wire.produce(conn, "tt", 0, [b"old"] * 20)[0] == E.NONE
     finally:
         conn.close()
-    killed = nemesis.inject("kill", f"broker-{d}")
-    wait_for(lambda: d not in zk.registered(), SESSION_TIMEOUT_S + 10, f"broker {d} gone")
+    killed = _crash(run, nemesis, d)
+    wait_for(lambda: d not in zk.registered(), 10, f"broker {d} gone")
     admin.delete_topic(run.zk, "tt", wait=True, timeout=60)
     run.create_topics({"tt": 1}, 3, assignment={"tt": {0: [d, a, b]}})
     admin.create_topic(run.zk, "td", 1, 1, replica_assignment={0: [d]})
