@@ -10,6 +10,7 @@ this public piece of `cluster`).
 """
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Callable, TypeVar
 
@@ -51,3 +52,19 @@ def wait_until(predicate: Callable[[], T], timeout_s: float, interval_s: float =
         if left <= 0:
             return None
         sleep(min(interval_s, left))
+
+
+async def wait_until_async(predicate: Callable[[], T], timeout_s: float,
+                           interval_s: float = 0.2) -> T | None:
+    """wait_until on the event loop: it sleeps with asyncio.sleep, so the
+    loop serves other requests meanwhile (a broker's admin request waiting
+    for the controller)."""
+    deadline = Deadline(timeout_s)
+    while True:
+        value = predicate()
+        if value:
+            return value
+        left = deadline.remaining()
+        if left <= 0:
+            return None
+        await asyncio.sleep(min(interval_s, left))

@@ -6,6 +6,10 @@ in 3.0). Version ranges are what a Kafka 0.8-era broker plus the KIP-98/101/279
 additions need (docs/design.md#protocol): enough for unmodified confluent-kafka
 2.x, kafka-python 3.x and aiokafka (tests/cluster/server/test_clients_e2e.py).
 
+The admin APIs (CreateTopics, DeleteTopics, CreatePartitions,
+DescribeConfigs) are served at the last versions before Kafka's flexible
+encoding, which the AdminClients of those clients negotiate.
+
 Group and coordinator APIs are deliberately absent: a consumer that sees no
 FindCoordinator in ApiVersions does not try to use a coordinator.
 """
@@ -13,6 +17,10 @@ from __future__ import annotations
 
 import struct
 
+from kafka.protocol.admin import (CreatePartitionsRequest, CreatePartitionsResponse,
+                                  CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest,
+                                  DeleteTopicsResponse, DescribeConfigsRequest,
+                                  DescribeConfigsResponse)
 from kafka.protocol.consumer import (FetchRequest, FetchResponse, ListOffsetsRequest,
                                      ListOffsetsResponse, OffsetForLeaderEpochRequest,
                                      OffsetForLeaderEpochResponse)
@@ -33,8 +41,12 @@ STOP_REPLICA = control.STOP_REPLICA
 UPDATE_METADATA = control.UPDATE_METADATA
 CONTROLLED_SHUTDOWN = control.CONTROLLED_SHUTDOWN
 API_VERSIONS = 18
+CREATE_TOPICS = 19
+DELETE_TOPICS = 20
 INIT_PRODUCER_ID = 22
 OFFSET_FOR_LEADER_EPOCH = 23
+DESCRIBE_CONFIGS = 32
+CREATE_PARTITIONS = 37
 
 # api key -> (min version, max version, request class, response class)
 CLIENT_APIS: dict[int, tuple[int, int, type, type]] = {
@@ -48,6 +60,12 @@ CLIENT_APIS: dict[int, tuple[int, int, type, type]] = {
     # v1 (KIP-279) returns the leader epoch of the end offset, which a
     # follower needs to find the point where its log diverged.
     OFFSET_FOR_LEADER_EPOCH: (0, 1, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse),
+    # docs/design.md#admin-api. CreateTopics v4: -1 partitions or replication
+    # factor means the broker default (KIP-464).
+    CREATE_TOPICS: (2, 4, CreateTopicsRequest, CreateTopicsResponse),
+    DELETE_TOPICS: (1, 3, DeleteTopicsRequest, DeleteTopicsResponse),
+    CREATE_PARTITIONS: (0, 1, CreatePartitionsRequest, CreatePartitionsResponse),
+    DESCRIBE_CONFIGS: (1, 2, DescribeConfigsRequest, DescribeConfigsResponse),
 }
 
 # Everything advertised in ApiVersions: the client APIs and the controller's.
@@ -60,7 +78,9 @@ NAMES = {PRODUCE: "Produce", FETCH: "Fetch", LIST_OFFSETS: "ListOffsets", METADA
          LEADER_AND_ISR: "LeaderAndIsr", STOP_REPLICA: "StopReplica",
          UPDATE_METADATA: "UpdateMetadata", CONTROLLED_SHUTDOWN: "ControlledShutdown",
          API_VERSIONS: "ApiVersions", INIT_PRODUCER_ID: "InitProducerId",
-         OFFSET_FOR_LEADER_EPOCH: "OffsetForLeaderEpoch"}
+         OFFSET_FOR_LEADER_EPOCH: "OffsetForLeaderEpoch", CREATE_TOPICS: "CreateTopics",
+         DELETE_TOPICS: "DeleteTopics", CREATE_PARTITIONS: "CreatePartitions",
+         DESCRIBE_CONFIGS: "DescribeConfigs"}
 
 
 def is_supported(api_key: int, version: int) -> bool:

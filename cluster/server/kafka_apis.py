@@ -26,6 +26,7 @@ from cluster.protocol import errors as E
 from cluster.protocol.frame import (ProtocolError, RequestHeader, frame_response,
                                     parse_request_header)
 from cluster.protocol.records import RecordError, down_convert, to_v2
+from cluster.server.admin_apis import AdminApis
 from cluster.server.metadata_cache import MetadataCache
 from cluster.server.replica_manager import ReplicaManager
 
@@ -50,6 +51,11 @@ class KafkaApis:
         self.broker_id = cfg.broker_id
         self.max_message_bytes = cfg["message.max.bytes"]
         self._refused_metadata = 0  # client Metadata requests refused while uninformed
+        self.admin = AdminApis(cfg, metadata, zk, is_controller=self._is_controller)
+
+    def _is_controller(self) -> bool:
+        c = self.controller()
+        return c is not None and c.is_active
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -438,6 +444,18 @@ class KafkaApis:
             topics.append((t.topic, plist))
         return self._respond(hdr, OffsetForLeaderEpochResponse(version=v, topics=topics))
 
+    # -- admin requests (docs/design.md#admin-api) ------------------------------------------
+
+    def _admin(self, hdr: RequestHeader, req):
+        serve = {api.CREATE_TOPICS: self.admin.create_topics,
+                 api.DELETE_TOPICS: self.admin.delete_topics,
+                 api.CREATE_PARTITIONS: self.admin.create_partitions,
+                 api.DESCRIBE_CONFIGS: self.admin.describe_configs}[hdr.api_key]
+
+        async def run():
+            return self._respond(hdr, await serve(req, hdr.api_version))
+        return run()
+
     _handlers = {
         api.METADATA: _metadata,
         api.PRODUCE: _produce,
@@ -445,4 +463,8 @@ class KafkaApis:
         api.LIST_OFFSETS: _list_offsets,
         api.INIT_PRODUCER_ID: _init_producer_id,
         api.OFFSET_FOR_LEADER_EPOCH: _offset_for_leader_epoch,
+        api.CREATE_TOPICS: _admin,
+        api.DELETE_TOPICS: _admin,
+        api.CREATE_PARTITIONS: _admin,
+        api.DESCRIBE_CONFIGS: _admin,
     }

@@ -64,6 +64,9 @@ class MetadataCache:
     def has_topic(self, topic: str) -> bool:
         return topic in self.topics
 
+    def partitions_of(self, topic: str) -> dict[int, CachedPartition]:
+        return dict(self.topics.get(topic, {}))
+
     def partition(self, topic: str, partition: int) -> CachedPartition | None:
         return self.topics.get(topic, {}).get(partition)
 

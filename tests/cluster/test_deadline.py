@@ -51,3 +51,18 @@ def test_deadline_remaining_never_negative():
     assert d.remaining() == pytest.approx(1.5) and not d.expired()
     clock.sleep(5)
     assert d.remaining() == 0.0 and d.expired()
+
+
+def test_the_async_wait_lets_the_loop_run_meanwhile():
+    import asyncio
+
+    from cluster.deadline import wait_until_async
+
+    async def scenario():
+        flag: list[int] = []
+        asyncio.get_running_loop().call_later(0.05, flag.append, 7)
+        got = await wait_until_async(lambda: flag and flag[0], 5, 0.01)
+        missed = await wait_until_async(lambda: False, 0.05, 0.01)
+        return got, missed
+
+    assert asyncio.run(scenario()) == (7, None)

@@ -58,8 +58,10 @@ class Cluster:
             raise
         self.hc = HandController(self.zk, self.brokers)
         # As a controller does when brokers start: tell them who is live.
-        # Until then a broker refuses client Metadata requests.
-        self.hc.update_metadata(())
+        # Until then a broker refuses client Metadata requests. (Brokers
+        # running their controller components hear it from the real one.)
+        if not config.get("chaoslog.controller.enable"):
+            self.hc.update_metadata(())
 
     def add_broker(self, i: int, start: bool = True) -> BrokerProcess:
         b = BrokerProcess(i, self.zk_hosts, self.base, chroot=self.chroot, **self.config)
