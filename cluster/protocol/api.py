@@ -49,14 +49,19 @@ DESCRIBE_CONFIGS = 32
 CREATE_PARTITIONS = 37
 
 # api key -> (min version, max version, request class, response class)
+# The client APIs reach the versions a Kafka 2.0 broker accepts, so that a
+# client pinned to that broker version is served (docs/design.md#protocol).
 CLIENT_APIS: dict[int, tuple[int, int, type, type]] = {
-    PRODUCE: (0, 3, ProduceRequest, ProduceResponse),
-    # v5 reports the log start offset with every partition's records.
-    FETCH: (0, 5, FetchRequest, FetchResponse),
-    LIST_OFFSETS: (0, 1, ListOffsetsRequest, ListOffsetsResponse),
-    METADATA: (0, 4, MetadataRequest, MetadataResponse),
+    # v5 answers the log start offset of each partition written.
+    PRODUCE: (0, 6, ProduceRequest, ProduceResponse),
+    # v5 reports the log start offset with every partition's records; v7
+    # brings fetch sessions (KIP-227), which this broker declines.
+    FETCH: (0, 8, FetchRequest, FetchResponse),
+    LIST_OFFSETS: (0, 3, ListOffsetsRequest, ListOffsetsResponse),
+    # v5 lists each partition's offline replicas.
+    METADATA: (0, 6, MetadataRequest, MetadataResponse),
     API_VERSIONS: (0, 2, ApiVersionsRequest, ApiVersionsResponse),
-    INIT_PRODUCER_ID: (0, 0, InitProducerIdRequest, InitProducerIdResponse),
+    INIT_PRODUCER_ID: (0, 1, InitProducerIdRequest, InitProducerIdResponse),
     # v1 (KIP-279) returns the leader epoch of the end offset, which a
     # follower needs to find the point where its log diverged.
     OFFSET_FOR_LEADER_EPOCH: (0, 1, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse),

@@ -145,8 +145,9 @@ class KafkaApis:
             self._refused_metadata += 1
             return CLOSE
         v = hdr.api_version
+        live = self.metadata.live_brokers()
         brokers = [(bid, host, port, None) if v >= 1 else (bid, host, port)
-                   for bid, (host, port) in sorted(self.metadata.live_brokers().items())]
+                   for bid, (host, port) in sorted(live.items())]
         if req.topics is None or (v == 0 and not req.topics):
             names = sorted(self.metadata.topics)
         else:
@@ -161,7 +162,10 @@ class KafkaApis:
             plist = []
             for idx, cp in sorted(parts.items()):
                 err = E.LEADER_NOT_AVAILABLE if cp.leader < 0 else E.NONE
-                plist.append((err, idx, cp.leader, list(cp.replicas), list(cp.isr)))
+                part = (err, idx, cp.leader, list(cp.replicas), list(cp.isr))
+                if v >= 5:
+                    part += ([r for r in cp.replicas if r not in live],)
+                plist.append(part)
             topics.append((E.NONE, name, False, plist) if v >= 1 else (E.NONE, name, plist))
         kw: dict[str, Any] = {"brokers": brokers, "topics": topics}
         if v >= 1:
@@ -182,7 +186,7 @@ class KafkaApis:
         for td in req.topic_data:
             plist = []
             for pd in td.partition_data:
-                r = [pd.index, E.NONE, -1]
+                r = [pd.index, E.NONE, -1, -1]  # index, error, base offset, log start offset
                 plist.append(r)
                 if acks not in (0, 1, -1):
                     r[1] = E.INVALID_REQUIRED_ACKS
@@ -205,6 +209,8 @@ class KafkaApis:
                 err, base, required = p.append_as_leader(data, headers, acks, self.rm.min_isr,
                                                          self.max_message_bytes)
                 r[1], r[2] = err, base
+                if err == E.NONE:
+                    r[3] = p.log.log_start_offset
                 if err == E.NONE and acks == -1:
                     if p.hw >= required:
                         r[1] = p.ack_result()
@@ -236,10 +242,12 @@ class KafkaApis:
         v = hdr.api_version
         topics = []
         for name, plist in results:
-            if v >= 2:
-                parts = [(i, err, off, -1) for i, err, off in plist]
+            if v >= 5:
+                parts = [(i, err, off, -1, log_start) for i, err, off, log_start in plist]
+            elif v >= 2:
+                parts = [(i, err, off, -1) for i, err, off, _ in plist]
             else:
-                parts = [(i, err, off) for i, err, off in plist]
+                parts = [(i, err, off) for i, err, off, _ in plist]
             topics.append((name, parts))
         kw: dict[str, Any] = {"responses": topics}
         if v >= 1:
@@ -249,6 +257,15 @@ class KafkaApis:
     # -- Fetch -------------------------------------------------------------------------------------
 
     def _fetch(self, hdr: RequestHeader, req):
+        if hdr.api_version >= 7:
+            # No fetch sessions (KIP-227 lets a broker decline them): a full
+            # fetch is answered with session id 0, and the client goes on
+            # sending full fetches; an incremental one names a session this
+            # broker never gave.
+            if req.session_id != 0:
+                return self._fetch_refused(hdr, E.FETCH_SESSION_ID_NOT_FOUND)
+            if req.session_epoch not in (0, -1):
+                return self._fetch_refused(hdr, E.INVALID_FETCH_SESSION_EPOCH)
         replica_id = req.replica_id
         if replica_id >= 0:
             # A follower's fetch offset is its LEO: record it once per request.
@@ -356,7 +373,13 @@ class KafkaApis:
         kw: dict[str, Any] = {"responses": topics}
         if v >= 1:
             kw["throttle_time_ms"] = 0
+        if v >= 7:
+            kw.update(error_code=E.NONE, session_id=0)
         return self._respond(hdr, FetchResponse(version=v, **kw))
+
+    def _fetch_refused(self, hdr, error: int) -> bytes:
+        return self._respond(hdr, FetchResponse(version=hdr.api_version, throttle_time_ms=0,
+                                                error_code=error, session_id=0, responses=[]))
 
     # -- ListOffsets -------------------------------------------------------------------------------
 
@@ -374,7 +397,8 @@ class KafkaApis:
                 else:
                     plist.append((lp.partition_index, err, ts, off))
             topics.append((t.name, plist))
-        return self._respond(hdr, ListOffsetsResponse(version=v, topics=topics))
+        kw: dict[str, Any] = {"throttle_time_ms": 0} if v >= 2 else {}
+        return self._respond(hdr, ListOffsetsResponse(version=v, topics=topics, **kw))
 
     def _offset_for(self, topic: str, partition: int, timestamp: int, replica_id: int):
         p = self.rm.partition((topic, partition))
@@ -404,7 +428,7 @@ class KafkaApis:
     def _init_producer_id(self, hdr: RequestHeader, req):
         if req.transactional_id is not None:
             return self._respond(hdr, InitProducerIdResponse(
-                version=0, throttle_time_ms=0,
+                version=hdr.api_version, throttle_time_ms=0,
                 error_code=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1,
                 producer_epoch=-1))
         zk = self.zk
@@ -418,7 +442,7 @@ class KafkaApis:
                 err = E.BROKER_NOT_AVAILABLE
             log.info("InitProducerId from %r: producer id %d", hdr.client_id, pid)
             return self._respond(hdr, InitProducerIdResponse(
-                version=0, throttle_time_ms=0, error_code=err, producer_id=pid,
+                version=hdr.api_version, throttle_time_ms=0, error_code=err, producer_id=pid,
                 producer_epoch=0 if pid >= 0 else -1))
         return run()
 

@@ -80,30 +80,35 @@ def test_record_set_conversion_round_trip(values, magic, compression):
 
 @SETTINGS
 @given(st.sampled_from(["produce", "fetch", "metadata", "list_offsets"]),
-       st.integers(0, 4), st.text(min_size=1, max_size=20), st.integers(0, 1000))
+       st.integers(0, 8), st.text(min_size=1, max_size=20), st.integers(0, 1000))
 def test_request_round_trip(kind, version, topic, n):
+    """Every version served (up to Kafka 2.0's) decodes what a client encodes."""
+    lo, hi, _, _ = api.CLIENT_APIS[{"produce": api.PRODUCE, "fetch": api.FETCH,
+                                    "metadata": api.METADATA,
+                                    "list_offsets": api.LIST_OFFSETS}[kind]]
+    v = lo + version % (hi - lo + 1)
     if kind == "produce":
-        v = version % 4
         req = ProduceRequest(version=v, acks=-1, timeout_ms=n, topic_data=[(topic, [(n, b"x")])],
                              **({"transactional_id": None} if v >= 3 else {}))
         key = api.PRODUCE
     elif kind == "fetch":
-        v = version % 5
         kw = {"max_bytes": n} if v >= 3 else {}
         if v >= 4:
             kw["isolation_level"] = 0
+        if v >= 7:
+            kw.update(session_id=0, session_epoch=-1, forgotten_topics_data=[])
+        part = (n, n * 7, 3, 1000) if v >= 5 else (n, n * 7, 1000)
         req = FetchRequest(version=v, replica_id=-1, max_wait_ms=n, min_bytes=1,
-                           topics=[(topic, [(n, n * 7, 1000)])], **kw)
+                           topics=[(topic, [part])], **kw)
         key = api.FETCH
     elif kind == "metadata":
-        v = version % 5
         kw = {"allow_auto_topic_creation": False} if v >= 4 else {}
         req = MetadataRequest(version=v, topics=[(topic,)], **kw)
         key = api.METADATA
     else:
-        v = version % 2
+        kw = {"isolation_level": 1} if v >= 2 else {}
         req = ListOffsetsRequest(version=v, replica_id=-1,
-                                 topics=[(topic, [(n, -1, 1) if v == 0 else (n, -1)])])
+                                 topics=[(topic, [(n, -1, 1) if v == 0 else (n, -1)])], **kw)
         key = api.LIST_OFFSETS
     body = bytes(req.encode(version=v))
     frame = struct.pack(">hhih", key, v, 42, 3) + b"cli" + body

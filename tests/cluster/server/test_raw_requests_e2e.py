@@ -35,7 +35,7 @@ def test_api_versions_probe_at_newer_version(cluster3):
     resp = ApiVersionsResponse.decode(frame[4:], version=0)
     assert resp.error_code == 35
     ranges = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-    assert ranges[0] == (0, 3) and ranges[1] == (0, 5) and ranges[3] == (0, 4)
+    assert ranges[0] == (0, 6) and ranges[1] == (0, 8) and ranges[3] == (0, 6)
     assert 10 not in ranges  # no FindCoordinator: consumers use no group coordinator
     ok = w.call(ApiVersionsRequest, ApiVersionsResponse, 1)
     assert ok.error_code == 0
@@ -253,3 +253,63 @@ def test_stale_controller_epoch_rejected(cluster3):
     assert ("state-change: broker=3 received become-leader topic=epochs partition=0 leader=3 "
             f"leader_epoch=0 controller_id={hc.controller_id} controller_epoch=1") in log
     assert "state-change: broker=3 completed become-leader topic=epochs partition=0" in log
+
+
+# -- the versions of a Kafka 2.0 broker ---------------------------------------------------
+
+def test_a_client_pinned_to_kafka_2_0_is_served_at_every_version(cluster3):
+    """Produce 4-6, Fetch 6-8, ListOffsets 2-3, Metadata 5-6 and
+    InitProducerId 1: what a Kafka 2.0 broker accepts, so a client pinned
+    to that version is served, never dropped. Fetch sessions (v7) are
+    declined as KIP-227 allows: session id 0, and an incremental fetch
+    naming a session is refused."""
+    from kafka.protocol.consumer import (FetchRequest, FetchResponse, ListOffsetsRequest,
+                                         ListOffsetsResponse)
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+    from kafka.protocol.producer import (InitProducerIdRequest, InitProducerIdResponse,
+                                         ProduceRequest, ProduceResponse)
+    cluster3.hc.create_topic("v20", {0: (1, 2, 3)})
+    w = Wire(cluster3.brokers[1].address)
+    try:
+        wait_until(lambda: list_offset(w, "v20", 0) == (0, 0), 30, "broker 1 leading v20")
+        for v in (4, 5, 6):
+            resp = w.call(ProduceRequest, ProduceResponse, v, transactional_id=None, acks=-1,
+                          timeout_ms=10000, topic_data=[("v20", [(0, v2_batch([b"p%d" % v]))])])
+            part = resp.responses[0].partition_responses[0]
+            assert (part.error_code, part.base_offset) == (0, v - 4), resp
+            if v >= 5:
+                assert part.log_start_offset == 0, resp
+
+        for v in (6, 7, 8):
+            kw = {"session_id": 0, "session_epoch": -1, "forgotten_topics_data": []} if v >= 7 else {}
+            resp = w.call(FetchRequest, FetchResponse, v, replica_id=-1, max_wait_ms=0, min_bytes=0,
+                          max_bytes=1 << 20, isolation_level=0,
+                          topics=[("v20", [(0, 1, 0, 1 << 20)])], **kw)
+            part = resp.responses[0].partitions[0]
+            assert (part.error_code, part.high_watermark, part.log_start_offset) == (0, 3, 0), resp
+            assert part.records, resp
+            if v >= 7:
+                assert (resp.error_code, resp.session_id) == (0, 0), resp
+        refused = w.call(FetchRequest, FetchResponse, 7, replica_id=-1, max_wait_ms=0, min_bytes=0,
+                         max_bytes=1 << 20, isolation_level=0, session_id=12, session_epoch=3,
+                         topics=[], forgotten_topics_data=[])
+        assert refused.error_code == 70 and refused.responses == [], refused  # FETCH_SESSION_ID_NOT_FOUND
+
+        for v in (2, 3):
+            resp = w.call(ListOffsetsRequest, ListOffsetsResponse, v, replica_id=-1, isolation_level=1,
+                          topics=[("v20", [(0, -1)])])
+            part = resp.topics[0].partitions[0]
+            assert (part.error_code, part.offset) == (0, 3), resp
+
+        for v in (5, 6):
+            resp = w.call(MetadataRequest, MetadataResponse, v, topics=[("v20",)],
+                          allow_auto_topic_creation=False)
+            [part] = resp.topics[0].partitions
+            assert (part.leader_id, sorted(part.replica_nodes), part.offline_replicas) == (
+                1, [1, 2, 3], []), resp
+
+        resp = w.call(InitProducerIdRequest, InitProducerIdResponse, 1, transactional_id=None,
+                      transaction_timeout_ms=60000)
+        assert resp.error_code == 0 and resp.producer_id >= 0, resp
+    finally:
+        w.close()
