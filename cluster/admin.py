@@ -202,29 +202,44 @@ def add_partitions(zk: KazooClient, topic: str, count: int,
         new = {int(p): [int(b) for b in r] for p, r in replica_assignment.items()}
         if sorted(new) != list(range(have, count)):
             raise UsageError(f"the assignment must cover partitions {have}..{count - 1}")
-    tx = zk.transaction()
-    zk.ensure_path(zkpaths.partitions_add_path(topic))
-    for p, r in new.items():
-        tx.create(zkpaths.partitions_add_path(topic, p), zkpaths.dumps(list(r)))
-    res = tx.commit()
-    if any(isinstance(r, Exception) for r in res):
-        raise AdminError(f"could not request new partitions: {res}")
+    _request(zk, zkpaths.partitions_add_path(topic),
+             {str(p): zkpaths.dumps(list(r)) for p, r in new.items()}, "new partitions")
     return new
 
 
 def remove_partitions(zk: KazooClient, topic: str, partitions: list[int]) -> None:
     """Request removal of partitions via /admin/partitions_remove/T/P
-    (docs/design.md#partitions)."""
+    (docs/design.md#partitions), all in one request."""
     ta, _ = _assignment(zk, topic)
-    missing = [p for p in partitions if p not in ta.partitions]
+    missing = sorted(set(partitions) - set(ta.partitions))
     if missing:
         raise AdminError(f"topic {topic!r} has no partitions {missing}")
-    zk.ensure_path(zkpaths.partitions_remove_path(topic))
-    for p in partitions:
-        try:
-            zk.create(zkpaths.partitions_remove_path(topic, p), b"")
-        except NodeExistsError:
-            pass
+    if set(partitions) >= set(ta.partitions):
+        raise UsageError(f"that would remove every partition of {topic!r}: delete the topic instead")
+    _request(zk, zkpaths.partitions_remove_path(topic), {str(p): b"" for p in set(partitions)},
+             "the removal")
+
+
+def _request(zk: KazooClient, parent: str, children: dict[str, bytes], what: str) -> None:
+    """Create `children` of `parent` in one transaction. The controller
+    deletes an admin parent znode once it has handled its last child, so the
+    children go in together (one by one, the controller could handle the
+    first and delete the parent before the next was created), and a parent
+    deleted between its creation and the transaction is created again."""
+    for _ in range(5):
+        zk.ensure_path(parent)
+        tx = zk.transaction()
+        for name, data in sorted(children.items()):
+            tx.create(f"{parent}/{name}", data)
+        res = tx.commit()
+        failed = [r for r in res if isinstance(r, Exception)]
+        if not failed:
+            return
+        if any(isinstance(r, NodeExistsError) for r in failed):
+            raise AdminError(f"{what} is already requested and not yet done; try again later")
+        if not any(isinstance(r, NoNodeError) for r in failed):
+            raise AdminError(f"could not request {what}: {failed}")
+    raise AdminError(f"could not request {what}: {parent} kept disappearing")
 
 
 def parse_plan(text: str) -> dict[tuple[str, int], list[int]]:
@@ -384,6 +399,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     a.add_argument("--topic", required=True)
     a.add_argument("--partitions", type=int, required=True, help="the new total")
     a.add_argument("--json", action="store_true")
+    rp = leaf(tsub, "remove-partitions", "remove partitions of a topic")
+    rp.add_argument("--topic", required=True)
+    rp.add_argument("--partitions", required=True, metavar="P,P",
+                    help="the partitions to remove, separated by commas")
+    rp.add_argument("--json", action="store_true")
 
     r = leaf(sub, "reassign", "move partition replicas (KAFKA-42)")
     r.add_argument("--plan", required=True, metavar="FILE",
@@ -449,8 +469,17 @@ def _dispatch(zk: KazooClient, args: argparse.Namespace) -> int:
             got = add_partitions(zk, args.topic, args.partitions)
             _out(args, {"topic": args.topic, "added": {str(p): r for p, r in got.items()}},
                  f"requested partitions {sorted(got)} for {args.topic}")
+        elif tc == "remove-partitions":
+            try:
+                parts = sorted({int(x) for x in args.partitions.split(",")})
+            except ValueError:
+                raise UsageError(f"bad --partitions {args.partitions!r}: expected e.g. 1,2") from None
+            remove_partitions(zk, args.topic, parts)
+            _out(args, {"topic": args.topic, "removing": parts},
+                 f"requested the removal of partitions {parts} of {args.topic}")
         else:
-            raise UsageError("topics needs an action: create, delete, describe, list, add-partitions")
+            raise UsageError("topics needs an action: create, delete, describe, list, "
+                             "add-partitions, remove-partitions")
     elif cmd == "reassign":
         try:
             text = Path(args.plan).read_text()

@@ -43,6 +43,19 @@ def test_controller_admin_cli_commands(nodes, zk_hosts, zk, capsys):
     code, out, err = run_cli(zkarg + ["topics", "add-partitions", "--topic", "c", "--partitions", "4"], capsys)
     assert code == 0, err
     wait_until(lambda: len(admin.describe_topic(zk, "c")["partitions"]) == 4, what="4 partitions")
+    # Several partitions removed in one request (created one by one, the
+    # controller could handle the first and delete the parent znode).
+    code, out, err = run_cli(zkarg + ["topics", "remove-partitions", "--topic", "c",
+                                      "--partitions", "3,1", "--json"], capsys)
+    assert code == 0 and json.loads(out) == {"topic": "c", "removing": [1, 3]}, err
+    wait_until(lambda: [p["partition"] for p in admin.describe_topic(zk, "c")["partitions"]]
+               == [0, 2], what="partitions 1 and 3 removed")
+    code, out, err = run_cli(zkarg + ["topics", "remove-partitions", "--topic", "c",
+                                      "--partitions", "0,2"], capsys)
+    assert code == 2 and "delete the topic instead" in err, err
+    code, out, err = run_cli(zkarg + ["topics", "remove-partitions", "--topic", "c",
+                                      "--partitions", "x"], capsys)
+    assert code == 2 and "bad --partitions" in err, err
     code, out, _ = run_cli(zkarg + ["preferred-election", "--topic", "c"], capsys)
     assert code == 0
     code, out, _ = run_cli(zkarg + ["state-log", "--topic", "c", "--partition", "0", "--json"], capsys)
