@@ -16,6 +16,7 @@ def _subcommand_modules():
     import harness.cluster_cli
     import harness.demo
     import harness.fault_cli
+    import harness.fuzz_cli
     import harness.images_cli
     import harness.run_cli
     import harness.shrink_cli
@@ -23,7 +24,7 @@ def _subcommand_modules():
     import reports.cli
     return (harness.demo, harness.cluster_cli, harness.run_cli, harness.shrink_cli,
             harness.campaign_cli, harness.fault_cli, cluster.admin, reports.cli,
-            harness.warehouse_cli, faults.proxy.cli, harness.images_cli)
+            harness.warehouse_cli, faults.proxy.cli, harness.images_cli, harness.fuzz_cli)
 
 
 class OneLineErrors(argparse.ArgumentParser):

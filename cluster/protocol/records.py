@@ -39,6 +39,21 @@ class RecordError(Exception):
         self.code = code
 
 
+_CODEC_MASK = 0x07
+
+
+def _check_compressed(records, h: v2.BatchHeader) -> None:
+    """A compressed batch's CRC covers its compressed bytes only: decompress
+    it and read every record, as Kafka's leader does before it appends, or
+    consumers would be served a batch nobody can read."""
+    try:
+        for _record in DefaultRecordBatch(bytes(records[h.position:h.position + h.size])):
+            pass   # reads as many records as the header counts, or raises
+    except Exception as e:  # noqa: BLE001 - the codecs raise whatever they raise
+        raise RecordError(E.CORRUPT_MESSAGE, f"a compressed batch cannot be read: "
+                                             f"{type(e).__name__}") from None
+
+
 def magic_of(records) -> int:
     """The message format of a record set (of its first entry)."""
     if len(records) <= _MAGIC_AT:
@@ -58,6 +73,9 @@ def to_v2(records) -> tuple[bytes, list[v2.BatchHeader]]:
             headers = list(v2.iter_batches(records))
         except CorruptRecordError as e:
             raise RecordError(E.CORRUPT_MESSAGE, str(e)) from None
+        for h in headers:
+            if h.attributes & _CODEC_MASK:
+                _check_compressed(records, h)
         return bytes(records), headers
     if magic in (0, 1):
         data = _legacy_to_v2(records, magic)

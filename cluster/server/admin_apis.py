@@ -53,6 +53,10 @@ TOPIC_CONFIGS = {
 }
 
 POLL_S = 0.1  # how often a request with a timeout looks whether the controller acted
+# More partitions than any test needs: a larger count is refused before
+# anything is assigned (found by the protocol fuzzer: a CreatePartitions of
+# 2^31-1 partitions kept the ZooKeeper thread busy assigning them).
+MAX_PARTITIONS = 10_000
 
 
 @dataclass(frozen=True)
@@ -79,14 +83,15 @@ def plan_topic(name: str, num_partitions: int, replication_factor: int,
         if num_partitions != -1 or replication_factor != -1:
             return Refusal(E.INVALID_REQUEST, "give either a replica assignment or a partition "
                                               "count and replication factor, not both")
-        if sorted(assignments) != list(range(len(assignments))):
+        if len(assignments) > MAX_PARTITIONS or sorted(assignments) != list(range(len(assignments))):
             return Refusal(E.INVALID_REPLICA_ASSIGNMENT,
                            f"the assignment must cover partitions 0..{len(assignments) - 1}")
         return _check_assignment(assignments, live, first=0)
     partitions = defaults[0] if num_partitions == -1 else num_partitions
     rf = defaults[1] if replication_factor == -1 else replication_factor
-    if partitions < 1:
-        return Refusal(E.INVALID_PARTITIONS, f"number of partitions {partitions} must be at least 1")
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        return Refusal(E.INVALID_PARTITIONS, f"number of partitions {partitions} must be 1 to "
+                                             f"{MAX_PARTITIONS}")
     if rf < 1:
         return Refusal(E.INVALID_REPLICATION_FACTOR, f"replication factor {rf} must be at least 1")
     if rf > len(live):
@@ -119,6 +124,8 @@ def plan_partitions(count: int, current: int, replication_factor: int,
     if count <= current:
         return Refusal(E.INVALID_PARTITIONS,
                        f"the topic has {current} partitions; the new count {count} must be larger")
+    if count > MAX_PARTITIONS:
+        return Refusal(E.INVALID_PARTITIONS, f"{count} partitions: at most {MAX_PARTITIONS}")
     if assignments is None:
         if replication_factor > len(live):
             return Refusal(E.INVALID_REPLICATION_FACTOR, f"replication factor {replication_factor} "

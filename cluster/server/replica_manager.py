@@ -144,7 +144,7 @@ class ReplicaManager:
         address was reused: docs/design.md#controller-epoch), or it comes
         from a controller older than the newest seen."""
         if (req.broker_id >= 0 and req.broker_id != self.broker_id) or (
-                req.broker_epoch >= 0 and req.broker_epoch < self.start_epoch):
+                req.broker_epoch != -1 and req.broker_epoch < self.start_epoch):
             state_log.warning(
                 "state-change: broker=%d rejected %s controller_id=%d controller_epoch=%d "
                 "reason=not-for-this-broker broker_id=%d broker_epoch=%d start_epoch=%d",

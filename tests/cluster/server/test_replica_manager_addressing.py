@@ -60,6 +60,9 @@ def test_a_request_for_an_earlier_incarnation_is_refused(tmp_path):
     async def run():
         rm = _broker(tmp_path, start_epoch=5)
         assert _lead(rm, broker_id=3, broker_epoch=4).error == E.STALE_BROKER_EPOCH
+        # only -1 means "not checked"; another negative epoch is just old
+        # (found by the protocol fuzzer: -9 was applied)
+        assert _lead(rm, broker_id=3, broker_epoch=-9).error == E.STALE_BROKER_EPOCH
         assert rm.partition((TOPIC, 0)) is None
         assert _lead(rm, broker_id=3, broker_epoch=5).error == E.NONE
         assert _lead(rm).error == E.NONE  # unaddressed (-1): not checked
