@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable
 
 from kafka.protocol.admin import (CreatePartitionsResponse, CreateTopicsResponse,
                                   DeleteTopicsResponse, DescribeConfigsResponse)
@@ -171,39 +171,54 @@ class AdminApis:
         self.zk = zk
         self.is_controller = is_controller
 
+    async def _serve(self, names: list[str], act: Callable[[int], Awaitable[Refusal | None]],
+                     timeout_ms: int, done: Callable[[int], Callable[[], bool]] | None,
+                     pending: str) -> list[tuple[str, int, str | None]]:
+        """The shape every writing request shares: topic i is refused if it
+        is named twice or this broker is not the controller, else `act(i)` is
+        awaited (a refusal or None). With a timeout and `done`, the answer
+        then waits until `done(i)()` holds for every topic acted on, else it
+        says REQUEST_TIMED_OUT (`pending`, formatted with the name). Returns
+        (name, error, message) per distinct name, in request order."""
+        results: dict[str, Refusal] = {}
+        acted: list[int] = []
+        for i, name in enumerate(names):
+            if names.count(name) > 1:
+                results[name] = Refusal(E.INVALID_REQUEST, f"topic {name!r} named twice")
+            elif not self.is_controller():
+                results[name] = Refusal(E.NOT_CONTROLLER, "this broker is not the controller")
+            elif (refusal := await act(i)) is not None:
+                results[name] = refusal
+            else:
+                acted.append(i)
+        if done is not None and timeout_ms > 0:
+            deadline = Deadline(timeout_ms / 1000)
+            for i in acted:
+                if not await wait_until_async(done(i), deadline.remaining(), POLL_S):
+                    results[names[i]] = Refusal(E.REQUEST_TIMED_OUT, pending.format(names[i]))
+        ok = Refusal(E.NONE, "")
+        return [(n, results.get(n, ok).error, results.get(n, ok).message or None)
+                for n in dict.fromkeys(names)]
+
     # -- CreateTopics -----------------------------------------------------------------------
 
     async def create_topics(self, req: Any, version: int) -> CreateTopicsResponse:
-        names = [t.name for t in req.topics]
-        results: dict[str, Refusal] = {}
-        waiting: list[str] = []
-        validate_only = bool(getattr(req, "validate_only", False))
-        for t in req.topics:
-            if names.count(t.name) > 1:
-                results[t.name] = Refusal(E.INVALID_REQUEST, f"topic {t.name!r} named twice")
-            elif not self.is_controller():
-                results[t.name] = Refusal(E.NOT_CONTROLLER, "this broker is not the controller")
-            else:
-                assignments = {a.partition_index: list(a.broker_ids) for a in t.assignments}
-                refusal = await self.zk.call(self._create, t.name, t.num_partitions,
-                                             t.replication_factor, assignments,
-                                             [c.name for c in t.configs], validate_only)
-                if refusal is not None:
-                    results[t.name] = refusal
-                elif not validate_only:
-                    waiting.append(t.name)
-        if waiting and req.timeout_ms > 0:
-            deadline = Deadline(req.timeout_ms / 1000)
-            for name in waiting:
-                if not await wait_until_async(lambda n=name: self._has_leaders(n),
-                                              deadline.remaining(), POLL_S):
-                    results[name] = Refusal(E.REQUEST_TIMED_OUT,
-                                            f"topic {name!r} created; its leaders are not elected yet")
-        topics = []
-        for name in dict.fromkeys(names):
-            r = results.get(name, Refusal(E.NONE, ""))
-            topics.append((name, r.error, r.message or None))
-        return CreateTopicsResponse(version=version, throttle_time_ms=0, topics=topics)
+        topics = list(req.topics)
+        validate_only = bool(req.validate_only)
+
+        def act(i: int) -> Awaitable[Refusal | None]:
+            t = topics[i]
+            return self.zk.call(self._create, t.name, t.num_partitions, t.replication_factor,
+                                {a.partition_index: list(a.broker_ids) for a in t.assignments},
+                                [c.name for c in t.configs], validate_only)
+
+        def led(i: int) -> Callable[[], bool]:
+            return lambda: self._has_leaders(topics[i].name)
+
+        out = await self._serve([t.name for t in topics], act, req.timeout_ms,
+                                None if validate_only else led,
+                                "topic {!r} created; its leaders are not elected yet")
+        return CreateTopicsResponse(version=version, throttle_time_ms=0, topics=out)
 
     def _create(self, name: str, num_partitions: int, replication_factor: int,
                 assignments: dict[int, list[int]], configs: list[str], validate_only: bool
@@ -238,27 +253,17 @@ class AdminApis:
 
     async def delete_topics(self, req: Any, version: int) -> DeleteTopicsResponse:
         names = list(req.topic_names)
-        results: dict[str, Refusal] = {}
-        waiting = []
-        for name in dict.fromkeys(names):
-            if names.count(name) > 1:
-                results[name] = Refusal(E.INVALID_REQUEST, f"topic {name!r} named twice")
-            elif not self.is_controller():
-                results[name] = Refusal(E.NOT_CONTROLLER, "this broker is not the controller")
-            elif not await self.zk.call(self._mark_for_deletion, name):
-                results[name] = Refusal(E.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
-            else:
-                waiting.append(name)
-        if waiting and req.timeout_ms > 0:
-            deadline = Deadline(req.timeout_ms / 1000)
-            for name in waiting:
-                if not await wait_until_async(lambda n=name: not self.metadata.has_topic(n),
-                                              deadline.remaining(), POLL_S):
-                    results[name] = Refusal(E.REQUEST_TIMED_OUT,
-                                            f"topic {name!r} marked for deletion; not deleted yet")
-        return DeleteTopicsResponse(
-            version=version, throttle_time_ms=0,
-            responses=[(n, results.get(n, Refusal(E.NONE, "")).error) for n in dict.fromkeys(names)])
+
+        async def act(i: int) -> Refusal | None:
+            if await self.zk.call(self._mark_for_deletion, names[i]):
+                return None
+            return Refusal(E.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {names[i]!r}")
+
+        out = await self._serve(names, act, req.timeout_ms,
+                                lambda i: lambda: not self.metadata.has_topic(names[i]),
+                                "topic {!r} marked for deletion; not deleted yet")
+        return DeleteTopicsResponse(version=version, throttle_time_ms=0,
+                                    responses=[(name, err) for name, err, _msg in out])
 
     def _mark_for_deletion(self, name: str) -> bool:
         kz = self.zk.kazoo
@@ -274,36 +279,24 @@ class AdminApis:
     # -- CreatePartitions -------------------------------------------------------------------
 
     async def create_partitions(self, req: Any, version: int) -> CreatePartitionsResponse:
-        names = [t.name for t in req.topics]
-        results: dict[str, Refusal] = {}
-        waiting: dict[str, int] = {}
-        for t in req.topics:
-            if names.count(t.name) > 1:
-                results[t.name] = Refusal(E.INVALID_REQUEST, f"topic {t.name!r} named twice")
-            elif not self.is_controller():
-                results[t.name] = Refusal(E.NOT_CONTROLLER, "this broker is not the controller")
-            else:
-                assignments = (None if t.assignments is None
-                               else [list(a.broker_ids) for a in t.assignments])
-                refusal = await self.zk.call(self._add_partitions, t.name, t.count, assignments,
-                                             bool(req.validate_only))
-                if refusal is not None:
-                    results[t.name] = refusal
-                elif not req.validate_only:
-                    waiting[t.name] = t.count
-        if waiting and req.timeout_ms > 0:
-            deadline = Deadline(req.timeout_ms / 1000)
-            for name, count in waiting.items():
-                def grown(n=name, c=count) -> bool:
-                    parts = self.metadata.partitions_of(n).values()
-                    return len(parts) >= c and all(p.leader >= 0 for p in parts)
-                if not await wait_until_async(grown, deadline.remaining(), POLL_S):
-                    results[name] = Refusal(E.REQUEST_TIMED_OUT,
-                                            f"partitions of {name!r} requested; not all led yet")
-        out = []
-        for name in dict.fromkeys(names):
-            r = results.get(name, Refusal(E.NONE, ""))
-            out.append((name, r.error, r.message or None))
+        topics = list(req.topics)
+        validate_only = bool(req.validate_only)
+
+        def act(i: int) -> Awaitable[Refusal | None]:
+            t = topics[i]
+            assignments = (None if t.assignments is None
+                           else [list(a.broker_ids) for a in t.assignments])
+            return self.zk.call(self._add_partitions, t.name, t.count, assignments, validate_only)
+
+        def grown(i: int) -> Callable[[], bool]:
+            def check() -> bool:
+                parts = self.metadata.partitions_of(topics[i].name).values()
+                return len(parts) >= topics[i].count and all(p.leader >= 0 for p in parts)
+            return check
+
+        out = await self._serve([t.name for t in topics], act, req.timeout_ms,
+                                None if validate_only else grown,
+                                "partitions of {!r} requested; not all led yet")
         return CreatePartitionsResponse(version=version, throttle_time_ms=0, results=out)
 
     def _add_partitions(self, name: str, count: int, assignments: list[list[int]] | None,
