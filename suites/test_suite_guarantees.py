@@ -11,6 +11,7 @@ lag time of LAG_S, so that each takes seconds).
 """
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -28,11 +29,15 @@ pytestmark = [pytest.mark.docker, pytest.mark.smoke]
 
 LAG_S = 5.0
 CHECKPOINT_S = 0.5
+# The controller gives up on a request after this long and sends it again:
+# shorter than a cut a scenario makes, so that the resending is seen.
+CONTROLLER_TIMEOUT_S = 5.0
 # A sparse-index entry every few small batches, so that truncations cut
 # through index entries as they do on a busy broker.
 CONFIG = {**SAFE, "replica.lag.time.max.ms": int(LAG_S * 1000),
           "replica.high.watermark.checkpoint.interval.ms": int(CHECKPOINT_S * 1000),
-          "log.index.interval.bytes": 128}
+          "log.index.interval.bytes": 128,
+          "controller.socket.timeout.ms": int(CONTROLLER_TIMEOUT_S * 1000)}
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +149,9 @@ def test_isr_shrink_refusals_and_caught_up_rejoin(chaos_run, nemesis):
        killed: F leads and must hold every record L had committed (#g-isr:
        a follower joins only once it holds every committed record)."""
     run = chaos_run
-    run.create_topics({"i": 1}, 2, assignment={"i": {0: [1, 2]}})
+    # i-other lives on broker 3 alone: nothing in this scenario changes it
+    run.create_topics({"i": 1, "i-other": 1}, 2, assignment={"i": {0: [1, 2]},
+                                                             "i-other": {0: [3]}})
     zk = ZkView(run.zk)
     wait_for(lambda: set(zk.lai("i", 0).isr) == {1, 2}, 30, "a full ISR [1, 2]")
     leader = zk.lai("i", 0).leader
@@ -189,15 +196,19 @@ def test_isr_shrink_refusals_and_caught_up_rejoin(chaos_run, nemesis):
         wait_for(lambda: zk.lai("i", 0).isr == (leader,), LAG_S + 15,
                  f"broker {follower} out of the ISR within the lag time ({LAG_S:g} s) + 15 s")
         # The controller hears of the leader's ISR change and tells the
-        # brokers (#g-metadata): its own Metadata answers name the new ISR.
-        # (The follower may be the controller: it is cut off from the other
-        # brokers, never from itself.)
+        # brokers (#g-metadata): its own Metadata answers name the new ISR,
+        # and still every other partition. (The follower may be the
+        # controller: it is cut off from the other brokers, never from itself.)
         cconn = _connect(run, wait_for(zk.controller, 30, "a controller"))
         try:
             wait_for(lambda: kafka_wire.metadata(cconn, ["i"]).partitions[("i", 0)].isr
                      == [leader], 15, f"the controller's Metadata naming the ISR [{leader}]")
+            served = kafka_wire.metadata(cconn).partitions
         finally:
             cconn.close()
+        assert ("i-other", 0) in served, (
+            f"after an UpdateMetadata about i/0, the controller's Metadata serves only "
+            f"{sorted(served)}: i-other/0 is gone")
         writer.join(40)
         assert waiting.get("error") == E.NOT_ENOUGH_REPLICAS_AFTER_APPEND, (
             "an acks=all write waiting when the ISR shrank below min.insync.replicas was "
@@ -412,7 +423,7 @@ def test_a_follower_that_missed_an_epoch_truncates_when_its_old_leader_returns(
     A's follower C holds records A never committed (the other follower B was
     frozen); C is then cut off from everything. A dies, B leads and writes
     other records at the same offsets; A comes back as B's follower and
-    truncates its uncommitted records; a preferred election makes A leader
+    must truncate its uncommitted records; a preferred election makes A leader
     again. Meanwhile C's session expired. When C returns, the controller
     tells it "A leads": the leader it last followed, in a newer epoch. C
     must truncate again (ask A where its last epoch ends), not fetch on from
@@ -446,16 +457,23 @@ def test_a_follower_that_missed_an_epoch_truncates_when_its_old_leader_returns(
         conn.close()
     killed.stop()                            # A restarts: B's follower
     wait_for(lambda: a in zk.lai("ep", 0).isr, 60, f"broker {a} back in the ISR")
-    wait_for(lambda: c not in zk.registered(), 30, f"broker {c}'s session expiring")
-    admin.preferred_election(run.zk, "ep")
-    wait_for(lambda: zk.lai("ep", 0).leader == a, 60, f"broker {a} leading ep/0 again")
-    nemesis.heal()
-    wait_for(lambda: c in zk.lai("ep", 0).isr, 60, f"broker {c} back in the ISR")
 
     def batches(log_dir) -> dict[int, tuple]:
         return {base: (last, epoch, crc)
                 for base, last, epoch, crc in read_broker(log_dir, {"ep"})[0]["batches"]}
 
+    # A, back in sync, holds B's records, not its own uncommitted ones (#truncation)
+    on_a, on_b = batches(a_dir), batches(run.cluster.log_dir(f"broker-{b}"))
+    differ = {o: (on_a[o], on_b[o]) for o in sorted(set(on_a) & set(on_b)) if on_a[o] != on_b[o]}
+    assert not differ, (
+        f"broker {a}, back in the ISR as broker {b}'s follower, kept records it wrote as leader "
+        f"that were never committed: batches (base offset: (last offset, leader epoch, CRC) on "
+        f"{a}, on {b}) {differ}")
+    wait_for(lambda: c not in zk.registered(), 30, f"broker {c}'s session expiring")
+    admin.preferred_election(run.zk, "ep")
+    wait_for(lambda: zk.lai("ep", 0).leader == a, 60, f"broker {a} leading ep/0 again")
+    nemesis.heal()
+    wait_for(lambda: c in zk.lai("ep", 0).isr, 60, f"broker {c} back in the ISR")
     on_a, on_c = batches(a_dir), batches(c_dir)
     differ = {o: (on_a[o], on_c[o]) for o in sorted(set(on_a) & set(on_c)) if on_a[o] != on_c[o]}
     assert not differ and set(on_c) <= set(on_a), (
@@ -620,9 +638,22 @@ def test_idempotent_retries_are_written_once_across_failover_and_restart(chaos_r
     a follower (whose producer state comes from the batches it fetched) and
     after that broker restarted (rebuilt from its log), the answers are the
     same, and the log holds each write once. Clients hide these answers
-    (librdkafka may bump its own epoch and re-send), so they are asked here."""
+    (librdkafka may bump its own epoch and re-send), so they are asked here.
+    First, every broker hands out producer ids no other broker hands out."""
     run = chaos_run
     zk = ZkView(run.zk)
+    # Producer ids are cluster-unique: each broker hands out ids of a block
+    # it claimed in ZooKeeper, and no two blocks overlap.
+    handed: dict[int, list[int]] = {}
+    for b in (1, 2, 3):
+        c = _connect(run, b)
+        try:
+            handed[b] = [kafka_wire.init_producer_id(c)[1] for _ in range(3)]
+        finally:
+            c.close()
+    ids = [p for got in handed.values() for p in got]
+    assert -1 not in ids and len(set(ids)) == len(ids), (
+        f"the brokers handed out producer ids {handed}: two producers would share one")
     first = _led_by_a_follower_of_the_controller(run, zk, "idem")
     conn = _connect_leader(run, first, "idem")
     try:
@@ -826,6 +857,38 @@ def test_a_reassignment_stops_old_replicas_only_once_the_new_ones_caught_up(chao
         f"of {committed} committed records")
 
 
+def test_a_controller_request_that_failed_is_sent_again(chaos_run, nemesis):
+    """docs/design.md#request-batch, #g-recovery. Follower B of cr/0 is cut
+    off from the other brokers (not from ZooKeeper: it stays registered). A
+    preferred election then moves the leadership from L to the controller C,
+    and C's LeaderAndIsr to B fails: the cut outlasts the controller's
+    request timeout (CONTROLLER_TIMEOUT_S). The request must be sent again
+    until B can be reached: dropped, B would follow L for good and never
+    rejoin the ISR."""
+    run = chaos_run
+    zk = ZkView(run.zk)
+    c = wait_for(zk.controller, 30, "a controller")
+    leader, b = [x for x in (1, 2, 3) if x != c]
+    _create_led_by(run, zk, "cr", [leader, b, c])
+    admin.reassign(run.zk, {("cr", 0): [c, leader, b]})   # C preferred, L still leading
+    bconn = _connect(run, b)
+    try:   # the reorder has reached B: nothing else is queued for it
+        wait_for(lambda: kafka_wire.metadata(bconn, ["cr"]).partitions[("cr", 0)].replicas
+                 == [c, leader, b] and run.zk.exists(zkpaths.REASSIGN_PARTITIONS) is None, 30,
+                 f"cr/0 reordered, as broker {b} knows")
+    finally:
+        bconn.close()
+    nemesis.inject("partition-isolate", f"broker-{b}", among="brokers")
+    admin.preferred_election(run.zk, "cr")
+    wait_for(lambda: zk.lai("cr", 0).leader == c, 30, f"broker {c} elected")
+    failed = re.compile(rf"request LeaderAndIsrRequest to broker {b} at \S+ failed")
+    wait_for(lambda: failed.search(run.cluster.logs(f"broker-{c}")), CONTROLLER_TIMEOUT_S + 20,
+             f"the controller's LeaderAndIsr to broker {b} failing", interval=0.5)
+    nemesis.heal()
+    wait_for(lambda: b in zk.lai("cr", 0).isr, 30,
+             f"broker {b} back in the ISR of cr/0, following broker {c}")
+
+
 def test_controlled_shutdown_and_preferred_election_choose_in_sync_replicas(chaos_run, nemesis):
     """docs/design.md#controlled-shutdown, #preferred-election, #g-durability.
     One follower is alive but out of the ISR (cut off from the other
@@ -839,18 +902,20 @@ def test_controlled_shutdown_and_preferred_election_choose_in_sync_replicas(chao
     controller = wait_for(zk.controller, 30, "a controller")
     leader, lagging = [b for b in (1, 2, 3) if b != controller]
     run.create_topics({"cs": 1, "pf": 1}, 3, assignment={"cs": {0: [leader, lagging, controller]},
-                                                         "pf": {0: [lagging, controller, leader]}})
+                                                         "pf": {0: [controller, lagging, leader]}})
 
     def full(topic: str, want_leader: int) -> bool:
         lai = zk.lai(topic, 0)
         return len(lai.isr) == 3 and lai.leader == want_leader
 
-    wait_for(lambda: full("cs", leader) and full("pf", lagging), 30, "both topics with a full ISR")
-    # pf's preferred replica hands its leadership over and comes back as a follower.
-    stopped = nemesis.inject("stop", f"broker-{lagging}")
-    stopped.stop()
-    wait_for(lambda: full("cs", leader) and full("pf", controller), 60,
-             f"broker {lagging} back in both ISRs, broker {controller} leading pf")
+    wait_for(lambda: full("cs", leader) and full("pf", controller), 30,
+             "both topics with a full ISR")
+    # pf's replicas reordered: the lagging broker-to-be becomes its preferred
+    # replica, the controller keeps leading it.
+    admin.reassign(run.zk, {("pf", 0): [lagging, controller, leader]})
+    wait_for(lambda: zk.assignment("pf")[0] == (lagging, controller, leader)
+             and run.zk.exists(zkpaths.REASSIGN_PARTITIONS) is None and full("pf", controller),
+             30, f"pf reordered, broker {controller} still leading it")
     for topic in ("cs", "pf"):
         conn = _connect_leader(run, zk.lai(topic, 0).leader, topic)
         try:
