@@ -882,11 +882,16 @@ def test_a_controller_request_that_failed_is_sent_again(chaos_run, nemesis):
                  f"cr/0 reordered, as broker {b} knows")
     finally:
         bconn.close()
+    failed = re.compile(rf"request LeaderAndIsrRequest to broker {b} at \S+ failed")
+
+    def failures() -> int:   # earlier scenarios' failures are in the same log
+        return len(failed.findall(run.cluster.logs(f"broker-{c}")))
+
+    before = failures()
     nemesis.inject("partition-isolate", f"broker-{b}", among="brokers")
     admin.preferred_election(run.zk, "cr")
     wait_for(lambda: zk.lai("cr", 0).leader == c, 30, f"broker {c} elected")
-    failed = re.compile(rf"request LeaderAndIsrRequest to broker {b} at \S+ failed")
-    wait_for(lambda: failed.search(run.cluster.logs(f"broker-{c}")), CONTROLLER_TIMEOUT_S + 20,
+    wait_for(lambda: failures() > before, CONTROLLER_TIMEOUT_S + 20,
              f"the controller's LeaderAndIsr to broker {b} failing", interval=0.5)
     nemesis.heal()
     wait_for(lambda: b in zk.lai("cr", 0).isr, 30,
