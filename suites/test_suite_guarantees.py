@@ -93,6 +93,20 @@ def _crash(run, nemesis, broker: int):
     return killed
 
 
+def _led_by_one_preferring_the_controller(run, zk: ZkView, topic: str) -> tuple[int, int, int]:
+    """Create `topic` (one partition, three replicas) led by L, not the
+    controller C, then reorder its replicas so that C is the preferred one
+    while L still leads (a preferred election then moves the leadership to
+    C with one controller decision). Returns (C, L, the third broker)."""
+    c = wait_for(zk.controller, 30, "a controller")
+    leader, other = [b for b in (1, 2, 3) if b != c]
+    _create_led_by(run, zk, topic, [leader, other, c])
+    admin.reassign(run.zk, {(topic, 0): [c, leader, other]})
+    wait_for(lambda: zk.assignment(topic)[0] == (c, leader, other)
+             and run.zk.exists(zkpaths.REASSIGN_PARTITIONS) is None, 30, f"{topic}/0 reordered")
+    return c, leader, other
+
+
 def _led_by_a_follower_of_the_controller(run, zk: ZkView, topic: str) -> int:
     """Create `topic` (one partition, three replicas) led by a broker that is
     not the controller; wait for its full ISR; return the leader."""
@@ -252,12 +266,7 @@ def test_a_write_waiting_at_a_leader_that_becomes_a_follower_is_refused_at_once(
     for an offset whose record L truncated meanwhile as a follower."""
     run = chaos_run
     zk = ZkView(run.zk)
-    c = wait_for(zk.controller, 30, "a controller")
-    leader, f = [b for b in (1, 2, 3) if b != c]
-    _create_led_by(run, zk, "mf", [leader, f, c])
-    admin.reassign(run.zk, {("mf", 0): [c, leader, f]})   # C preferred, L still leading
-    wait_for(lambda: zk.assignment("mf")[0] == (c, leader, f)
-             and run.zk.exists(zkpaths.REASSIGN_PARTITIONS) is None, 30, "mf/0 reordered")
+    c, leader, f = _led_by_one_preferring_the_controller(run, zk, "mf")
     conn = _connect_leader(run, leader, "mf")
     try:
         assert kafka_wire.produce(conn, "mf", 0, [b"committed"])[0] == E.NONE
@@ -871,15 +880,11 @@ def test_a_controller_request_that_failed_is_sent_again(chaos_run, nemesis):
     rejoin the ISR."""
     run = chaos_run
     zk = ZkView(run.zk)
-    c = wait_for(zk.controller, 30, "a controller")
-    leader, b = [x for x in (1, 2, 3) if x != c]
-    _create_led_by(run, zk, "cr", [leader, b, c])
-    admin.reassign(run.zk, {("cr", 0): [c, leader, b]})   # C preferred, L still leading
+    c, leader, b = _led_by_one_preferring_the_controller(run, zk, "cr")
     bconn = _connect(run, b)
     try:   # the reorder has reached B: nothing else is queued for it
         wait_for(lambda: kafka_wire.metadata(bconn, ["cr"]).partitions[("cr", 0)].replicas
-                 == [c, leader, b] and run.zk.exists(zkpaths.REASSIGN_PARTITIONS) is None, 30,
-                 f"cr/0 reordered, as broker {b} knows")
+                 == [c, leader, b], 30, f"cr/0 reordered, as broker {b} knows")
     finally:
         bconn.close()
     failed = re.compile(rf"request LeaderAndIsrRequest to broker {b} at \S+ failed")
