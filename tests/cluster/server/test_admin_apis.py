@@ -36,6 +36,14 @@ def test_refusals_of_create_topics():
     assert error(refused) == E.INVALID_CONFIG and "retention.ms" in refused.message
 
 
+def test_an_absurd_partition_count_is_refused_before_anything_is_assigned():
+    # found by the protocol fuzzer: 2^31-1 partitions kept the ZooKeeper
+    # thread assigning them, and the broker's other ZooKeeper work waited
+    assert error(plan_topic("t", 2 ** 31 - 1, 1, {}, [], LIVE, DEFAULTS)) == E.INVALID_PARTITIONS
+    assert error(plan_partitions(2 ** 31 - 1, 1, 1, None, LIVE)) == E.INVALID_PARTITIONS
+    assert plan_topic("t", 10_000, 1, {}, [], LIVE, DEFAULTS) is None
+
+
 def test_an_explicit_assignment_is_checked_and_kept():
     assert plan_topic("t", -1, -1, {0: [1, 2], 1: [2, 3]}, [], LIVE, DEFAULTS) == {
         0: [1, 2], 1: [2, 3]}
