@@ -112,12 +112,17 @@ def state_log(zk: KazooClient, topic: str | None = None, partition: int | None =
 
 
 # ---------------------------------------------------------------- writing
-def _live_ids(zk: KazooClient) -> list[int]:
+def live_ids(zk: KazooClient) -> list[int]:
+    """The ids of the live brokers, ascending."""
     return [b["id"] for b in brokers(zk)]
 
 
+def valid_topic_name(topic: str) -> bool:
+    return bool(TOPIC_RE.match(topic)) and topic not in (".", "..")
+
+
 def _check_topic_name(topic: str) -> None:
-    if not TOPIC_RE.match(topic) or topic in (".", ".."):
+    if not valid_topic_name(topic):
         raise UsageError(f"illegal topic name {topic!r}: use 1-249 of [a-zA-Z0-9._-]")
 
 
@@ -132,7 +137,7 @@ def create_topic(zk: KazooClient, topic: str, partitions: int, replication_facto
     if replica_assignment is None:
         if partitions < 1 or replication_factor < 1:
             raise UsageError("partitions and replication factor must be at least 1")
-        live = _live_ids(zk)
+        live = live_ids(zk)
         if replication_factor > len(live):
             raise AdminError(f"replication factor {replication_factor} larger than the "
                              f"{len(live)} live brokers")
@@ -191,7 +196,7 @@ def add_partitions(zk: KazooClient, topic: str, count: int,
         raise AdminError(f"a partition add for {topic!r} is already in progress")
     rf = len(next(iter(ta.partitions.values())))
     if replica_assignment is None:
-        live = _live_ids(zk)
+        live = live_ids(zk)
         if rf > len(live):
             raise AdminError(f"replication factor {rf} larger than the {len(live)} live brokers")
         first = ta.partitions[0][0] if 0 in ta.partitions else -1

@@ -72,7 +72,7 @@ def plan_topic(name: str, num_partitions: int, replication_factor: int,
     explicit assignment to write, or None (assign round-robin). -1 for the
     partition count or replication factor means the broker default
     (num.partitions, default.replication.factor), as in Kafka since v4."""
-    if not admin.TOPIC_RE.match(name) or name in (".", ".."):
+    if not admin.valid_topic_name(name):
         return Refusal(E.INVALID_TOPIC_EXCEPTION,
                        f"illegal topic name {name!r}: use 1-249 of [a-zA-Z0-9._-]")
     configs = sorted(configs)
@@ -226,7 +226,7 @@ class AdminApis:
         """On the ZooKeeper thread: check and write one topic."""
         kz = self.zk.kazoo
         plan = plan_topic(name, num_partitions, replication_factor, assignments, configs,
-                          _live(kz), self.defaults)
+                          admin.live_ids(kz), self.defaults)
         if isinstance(plan, Refusal):
             return plan
         if kz.exists(zkpaths.delete_topic_path(name)):
@@ -312,7 +312,7 @@ class AdminApis:
         if any(tp[0] == name for tp in self.zk.pending_reassignment()):
             return Refusal(E.REASSIGNMENT_IN_PROGRESS, f"a reassignment of {name!r} is in progress")
         rf = len(next(iter(current.values())))
-        plan = plan_partitions(count, len(current), rf, assignments, _live(kz))
+        plan = plan_partitions(count, len(current), rf, assignments, admin.live_ids(kz))
         if isinstance(plan, Refusal) or validate_only:
             return plan if isinstance(plan, Refusal) else None
         try:
@@ -344,9 +344,3 @@ class AdminApis:
                 err, msg = E.INVALID_REQUEST, f"resource type {r.resource_type} is not supported"
             results.append((err, msg, r.resource_type, r.resource_name, entries))
         return DescribeConfigsResponse(version=version, throttle_time_ms=0, results=results)
-
-
-
-def _live(kz: Any) -> list[int]:
-    return sorted(b["id"] for b in admin.brokers(kz))
-
