@@ -36,6 +36,7 @@ class Step:
     params: dict[str, Any] = field(default_factory=dict)
     lane: int = 0            # steps of one lane run one after the other; lanes overlap
     recipe: str | None = None  # the recipe (faults/recipes.py) this step is part of
+    chain: int | None = None   # which drawn recipe: the steps of one draw share it
 
 
 @dataclass
@@ -58,7 +59,8 @@ class Schedule:
     def from_json(cls, d: Mapping[str, Any]) -> "Schedule":
         return cls(d["seed"], d["duration_s"], d["quiet_s"],
                    [Step(s["at_s"], s["fault"], s["duration_s"], s.get("target"),
-                         dict(s.get("params") or {}), int(s.get("lane", 0)), s.get("recipe"))
+                         dict(s.get("params") or {}), int(s.get("lane", 0)), s.get("recipe"),
+                         s.get("chain"))
                     for s in d["steps"]], dict(d.get("settings") or {}))
 
     def to_text(self) -> str:
@@ -140,7 +142,8 @@ def make_schedule(seed: int, faults: Iterable[str] | Mapping[str, float], *, dur
         while fit := [n for n in names if t + least[n] <= duration_s]:
             name = rng.choices(fit, weights=[weights[n] for n in fit])[0]
             if name in recipes.RECIPES:
-                placed = place_recipe(recipes.RECIPES[name], rng, knobs, t, lane, overlap)
+                placed = place_recipe(recipes.RECIPES[name], rng, knobs, t, lane, overlap,
+                                      chain=len(steps))
             else:
                 roles = injectors.roles_for(name, brokers=brokers, zookeepers=zookeepers,
                                             replication_factor=replication_factor)
@@ -168,13 +171,13 @@ def make_schedule(seed: int, faults: Iterable[str] | Mapping[str, float], *, dur
 
 
 def place_recipe(recipe: recipes.Recipe, rng: random.Random, knobs: recipes.Knobs, t: float,
-                 lane: int, overlap: int) -> list[Step]:
-    """A recipe's parts drawn, as Steps from time `t` in `lane`. The recipe's
-    own lane j becomes lane + overlap * j: lane j = 0 is the lane itself,
-    the others are lanes no other draw uses, so the recipe's overlapping
-    parts run side by side."""
+                 lane: int, overlap: int, chain: int = 0) -> list[Step]:
+    """A recipe's parts drawn, as Steps from time `t` in `lane`, marked with
+    `chain` (unique in the schedule). The recipe's own lane j becomes
+    lane + overlap * j: lane j = 0 is the lane itself, the others are lanes
+    no other draw uses, so the recipe's overlapping parts run side by side."""
     return [Step(round(t + p.at_s, 1), p.fault, p.duration_s, p.target, dict(p.params),
-                 lane + overlap * p.lane, recipe.name) for p in recipe.parts(rng, knobs)]
+                 lane + overlap * p.lane, recipe.name, chain) for p in recipe.parts(rng, knobs)]
 
 
 # Faults that take their targets down (the node cannot take another such

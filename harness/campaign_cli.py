@@ -153,7 +153,11 @@ class CampaignRunner:
         state.save()
         fatal_types = set(record.get("fatal") or [])
         remaining = self.budget_s - state.spent_s - (self.clock() - t0)
-        if fatal_types and self.campaign.shrink and remaining > 0:
+        done_by = self._shrunk_already(state, fatal_types)
+        if done_by is not None:
+            record["shrunk"] = {"skipped": f"run {done_by} found the same anomalies "
+                                           f"and its reproducer reproduced them"}
+        elif fatal_types and self.campaign.shrink and remaining > 0:
             try:
                 record["shrunk"] = self.shrink(Path(record["run_dir"]), spec, fatal_types,
                                                min(self.campaign.shrink_budget_s, remaining))
@@ -162,6 +166,17 @@ class CampaignRunner:
         self.log(f"run {record['index']}: {record.get('verdict', record['status'])}"
                  f"{' ' + ','.join(record.get('fatal') or []) if record.get('fatal') else ''}"
                  f"{' (' + record['reason'] + ')' if record.get('reason') else ''}")
+
+    @staticmethod
+    def _shrunk_already(state: CampaignState, fatal: set[str]) -> int | None:
+        """The earlier run whose failure of the same anomaly types was shrunk
+        to a reproducer that reproduced it: a second one of those would
+        spend the budget on what the morning already has."""
+        for r in state.runs:
+            shrunk = r.get("shrunk") or {}
+            if fatal and set(r.get("fatal") or []) == fatal and shrunk.get("reproduced"):
+                return r["index"]
+        return None
 
     def _progress(self, state: CampaignState) -> str:
         counts = ", ".join(f"{n} {k}" for k, n in sorted(state.counts().items())) or "no runs yet"

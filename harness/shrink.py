@@ -6,7 +6,10 @@ in run.json as `spec`) with less and keeps each reduction under which the
 same anomaly type still shows:
 
   1. fewer faults: delta debugging (Zeller's ddmin) over the schedule's
-     steps, starting with no faults at all (a bug that needs none);
+     steps, starting with no faults at all (a bug that needs none); the
+     steps of one drawn recipe (Step.chain) go or stay together: a recipe
+     is the chain of faults that reaches a state, and a part of it alone
+     reaches nothing (its parts are shortened in stage 2 like any step);
   2. shorter faults: each remaining step's duration halved while it holds;
   3. a shorter run: the schedule ends soon after its last fault;
   4. a lower rate: the workload's sends per second halved while it holds.
@@ -138,8 +141,10 @@ class Shrinker:
     # -- the stages ------------------------------------------------------------------------
     def shrink(self) -> RunSpec:
         spec = self.spec
-        steps = ddmin(spec.schedule.steps, lambda s: self._with_steps(spec, s, "fewer faults"))
-        if len(steps) == 1 and self._with_steps(spec, [], "no faults at all"):
+        units = ddmin(_units(spec.schedule.steps),
+                      lambda us: self._with_steps(spec, _flat(us), "fewer faults"))
+        steps = _flat(units)
+        if len(units) == 1 and self._with_steps(spec, [], "no faults at all"):
             steps = []   # ddmin never tries the empty schedule: a bug that needs no fault
         spec = _with_schedule(spec, replace(spec.schedule, steps=steps))
         spec = self._shorter_steps(spec)
@@ -192,6 +197,26 @@ class Shrinker:
         the budget too: a reproducer comes with its count)."""
         self.reproduces(spec, "confirm", "the shrunk run", stop_at_first=False, budgeted=False)
         return self.attempts[-1]
+
+
+def _units(steps: Sequence[Step]) -> list[list[Step]]:
+    """The steps in the units ddmin drops: one per step, one per drawn
+    recipe (its steps share Step.chain), in the order of their first step."""
+    units: list[list[Step]] = []
+    chains: dict[int, list[Step]] = {}
+    for s in steps:
+        if s.chain is None:
+            units.append([s])
+        elif s.chain in chains:
+            chains[s.chain].append(s)
+        else:
+            chains[s.chain] = [s]
+            units.append(chains[s.chain])
+    return units
+
+
+def _flat(units: Sequence[list[Step]]) -> list[Step]:
+    return sorted((s for u in units for s in u), key=lambda s: (s.at_s, s.lane))
 
 
 def _with_schedule(spec: RunSpec, schedule: Schedule) -> RunSpec:

@@ -104,13 +104,14 @@ def fake_run(clock, verdicts, seconds=100.0):
     return run
 
 
-def runner(tmp_path, clock, verdicts, budget=1000.0, shrunk=None, left=lambda: [], **kw):
+def runner(tmp_path, clock, verdicts, budget=1000.0, shrunk=None, left=lambda: [], reproduced=2,
+           **kw):
     calls = shrunk if shrunk is not None else []
 
     def shrink(run_dir, spec, fatal, budget_s):
         calls.append((run_dir, fatal, budget_s))
         clock.now += 50
-        return {"dir": str(run_dir / "shrunk"), "faults": 1}
+        return {"dir": str(run_dir / "shrunk"), "faults": 1, "reproduced": reproduced}
     return CampaignRunner(small(**kw), tmp_path / "c", budget_s=budget, backend="docker",
                           run=fake_run(clock, verdicts), shrink=shrink, left=left, clock=clock,
                           log=lambda m: None)
@@ -139,6 +140,21 @@ def test_a_failure_is_shrunk_within_the_shrink_budget_and_the_time_counts(tmp_pa
     assert run_dir == Path(state.runs[1]["run_dir"]) and fatal == {"lost"}
     assert budget == 420 - 200       # what was left of the campaign (< the 10 min shrink budget)
     assert state.runs[1]["shrunk"]["faults"] == 1 and state.spent_s == 350
+
+
+def test_a_failure_already_shrunk_to_a_working_reproducer_is_not_shrunk_again(tmp_path):
+    clock, shrunk = Clock(), []
+    state = runner(tmp_path, clock, ["invalid", "invalid"], budget=1000, shrunk=shrunk).go()
+    assert len(shrunk) == 1
+    assert state.runs[1]["shrunk"] == {
+        "skipped": "run 0 found the same anomalies and its reproducer reproduced them"}
+
+
+def test_a_failure_whose_reproducer_did_not_reproduce_is_shrunk_again(tmp_path):
+    clock, shrunk = Clock(), []
+    runner(tmp_path, clock, ["invalid", "invalid"], budget=1000, shrunk=shrunk,
+           reproduced=0).go()
+    assert len(shrunk) == 2
 
 
 def test_no_shrink_when_the_campaign_says_so(tmp_path):

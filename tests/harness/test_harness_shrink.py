@@ -106,6 +106,25 @@ def test_another_anomaly_type_does_not_count(tmp_path):
     assert s.attempts[-1].types == [["duplicate"], ["duplicate"]]
 
 
+def test_the_steps_of_one_drawn_recipe_go_or_stay_together(tmp_path):
+    """A loss needs both parts of recipe draw 7 (a partition, then a kill):
+    ddmin over draws keeps the draw whole and never tries a part alone."""
+    steps = [Step(2, "pause", 5), Step(10, "partition-isolate", 12, recipe="r", chain=7),
+             Step(14, "kill", 6, lane=2, recipe="r", chain=7), Step(30, "stop", 5),
+             Step(40, "partition-isolate", 8, recipe="r", chain=9),
+             Step(44, "kill", 4, lane=2, recipe="r", chain=9)]
+
+    def replay(spec):
+        return {"lost"} if sum(s.chain == 7 for s in spec.schedule.steps) == 2 else set()
+
+    s = Shrinker(_spec(steps), {"lost"}, replay, tmp_path, tries=1)
+    small = s.shrink()
+    assert [(st.fault, st.chain) for st in small.schedule.steps] == [
+        ("partition-isolate", 7), ("kill", 7)]
+    tried = [a.what for a in s.attempts if a.stage == "fewer faults"]
+    assert tried and all(("partition-isolate@10s" in w) == ("kill@14s" in w) for w in tried), tried
+
+
 def test_an_anomaly_that_needs_no_fault_shrinks_to_an_empty_schedule(tmp_path):
     s = Shrinker(_spec(STEPS), {"lost"}, lambda spec: {"lost"}, tmp_path, tries=1)
     small = s.shrink()
