@@ -136,6 +136,8 @@ class _DownDisk(Injector):
         want = self.params.get("partition")
         if want:
             topic, _, part = str(want).rpartition("/")
+        elif self.target is not None and self.target.topic is not None:
+            topic, part = self.target.topic, self.target.partition   # "leader:T/P" damages T/P
         elif self.ctx.default_partition:
             topic, part = self.ctx.default_partition
         else:

@@ -172,6 +172,19 @@ def test_truncate_tail_uses_the_default_partition(tmp_path):
     assert (logs / "u-0" / f"{0:020d}.log").stat().st_size == len(batch(0, 2))
 
 
+def test_a_disk_fault_aimed_at_a_partition_role_damages_that_partition(tmp_path):
+    """"leader:u/0" names the replica as well as the broker: the damage goes
+    to u/0, not to the run's default partition or the first directory."""
+    logs = tmp_path / "broker-1" / "logs"
+    for topic in ("t", "u"):
+        write_segment(logs / f"{topic}-0", 0, [batch(0, 2)])
+    c = DiskCluster(tmp_path)
+    ctx = FaultContext(c, Resolver(c, None, random.Random(0), ("t", 0)), random.Random(0),
+                       log=lambda m: None, wait_timeout=0.0)
+    assert disk.TruncateTail(ctx, "leader:u/0").replica_dir("broker-1", logs) == logs / "u-0"
+    assert disk.TruncateTail(ctx, "broker-1").replica_dir("broker-1", logs) == logs / "t-0"
+
+
 def real_segment(d: Path, *counts: int) -> Path:
     """A segment the broker's own Log wrote: batches of `counts` records,
     CRCs and offsets as on a broker's disk."""
