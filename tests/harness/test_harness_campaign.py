@@ -69,6 +69,12 @@ def test_the_shipped_nightly_campaign_is_valid_in_every_cell():
     check_matrix(c, "docker")
 
 
+def test_the_shipped_seed_faithful_campaign_is_valid_in_every_cell():
+    c = Campaign.load(DEFAULT_FILE.parent / "seed-faithful.toml")
+    assert c.name == "seed-faithful" and len(c.combinations()) == 2
+    check_matrix(c, "docker")
+
+
 def test_a_cell_chaoslog_run_refuses_is_refused_before_anything_runs():
     c = Campaign.from_dict({**SMALL, "axes": {**SMALL["axes"], "faults": {
         "kills": ["--faults", "kill"], "bad": ["--faults", "explode"]}}})
