@@ -872,12 +872,16 @@ def test_a_reassignment_stops_old_replicas_only_once_the_new_ones_caught_up(chao
 
 def test_a_controller_request_that_failed_is_sent_again(chaos_run, nemesis):
     """docs/design.md#request-batch, #g-recovery. Follower B of cr/0 is cut
-    off from the other brokers (not from ZooKeeper: it stays registered). A
-    preferred election then moves the leadership from L to the controller C,
-    and C's LeaderAndIsr to B fails: the cut outlasts the controller's
-    request timeout (CONTROLLER_TIMEOUT_S). The request must be sent again
-    until B can be reached: dropped, B would follow L for good and never
-    rejoin the ISR."""
+    off from the other brokers (not from ZooKeeper: it stays registered).
+    The controller C first creates topic cr-first on B: that LeaderAndIsr
+    fails once the cut outlasts the request timeout (CONTROLLER_TIMEOUT_S),
+    and C's channel to B reconnects for every later request. A preferred
+    election then moves cr/0's leadership from L to C; its LeaderAndIsr to B
+    fails too, on a connect that times out. Both must be sent again until B
+    can be reached: dropped, B would follow L for good and never rejoin the
+    ISR. (The first failure alone proves nothing: the bytes of a request
+    that timed out waiting for its answer stay in the kernel's send buffer,
+    and TCP delivers them when the cut heals, resent or not.)"""
     run = chaos_run
     zk = ZkView(run.zk)
     c, leader, b = _led_by_one_preferring_the_controller(run, zk, "cr")
@@ -894,10 +898,17 @@ def test_a_controller_request_that_failed_is_sent_again(chaos_run, nemesis):
 
     before = failures()
     nemesis.inject("partition-isolate", f"broker-{b}", among="brokers")
+    run.create_topics({"cr-first": 1}, 1, assignment={"cr-first": {0: [b]}})
+    wait_for(lambda: failures() > before, CONTROLLER_TIMEOUT_S + 20,
+             f"the controller's LeaderAndIsr creating cr-first on broker {b} failing",
+             interval=0.5)
     admin.preferred_election(run.zk, "cr")
     wait_for(lambda: zk.lai("cr", 0).leader == c, 30, f"broker {c} elected")
-    wait_for(lambda: failures() > before, CONTROLLER_TIMEOUT_S + 20,
-             f"the controller's LeaderAndIsr to broker {b} failing", interval=0.5)
+    # Each attempt fails after CONTROLLER_TIMEOUT_S (or the connect timeout,
+    # as long); one more LeaderAndIsr failure means the one for cr/0 has
+    # been tried, as the requests are sent in order.
+    wait_for(lambda: failures() > before + 1, 3 * CONTROLLER_TIMEOUT_S + 20,
+             f"the controller's LeaderAndIsr to broker {b} failing again", interval=0.5)
     nemesis.heal()
     wait_for(lambda: b in zk.lai("cr", 0).isr, 30,
              f"broker {b} back in the ISR of cr/0, following broker {c}")
@@ -975,3 +986,39 @@ def test_a_batch_that_fails_its_crc_is_refused_and_not_stored(chaos_run):
         assert kafka_wire.list_offset(conn, "crc", 0, -1) == (E.NONE, 1), "the log grew"
     finally:
         conn.close()
+
+
+def test_a_batch_whose_offset_was_damaged_on_disk_is_cut_away_at_recovery(chaos_run, nemesis):
+    """docs/design.md#log, #g-offsets. A batch's CRC does not cover its
+    base offset. Broker X, the only replica of bo/0, is killed and the base
+    offset of the last batch on its disk moved 100 up. Recovering, X must
+    cut that batch away (it does not continue the batch before it): kept, X
+    would serve its record at an offset nobody wrote, above a gap, and give
+    the next write an offset 100 too high."""
+    run = chaos_run
+    zk = ZkView(run.zk)
+    controller = wait_for(zk.controller, 30, "a controller")
+    x = next(b for b in (1, 2, 3) if b != controller)
+    _create_led_by(run, zk, "bo", [x])
+    conn = _connect_leader(run, x, "bo")
+    try:   # acks=1: one replica is below min.insync.replicas
+        for i in range(5):
+            assert kafka_wire.produce(conn, "bo", 0, [b"o%d" % i], acks=1) == (E.NONE, i)
+    finally:
+        conn.close()
+    damaged = nemesis.inject("bad-offset", "leader:bo/0", by=100)
+    damaged.stop()   # restarts X, which recovers its log and leads bo/0 again
+    assert any("from 4 to 104" in n for n in damaged.notes), damaged.notes
+    conn = _connect_leader(run, x, "bo")
+    try:
+        end = kafka_wire.list_offset(conn, "bo", 0, -1)
+        written = kafka_wire.produce(conn, "bo", 0, [b"after"], acks=1)
+        records = kafka_wire.fetch(conn, "bo", 0, 0).records
+    finally:
+        conn.close()
+    assert end == (E.NONE, 4), (
+        f"after recovering a batch moved to offset 104, broker {x}'s log of bo/0 ends at "
+        f"{end[1]} ({E.name(end[0])}), not at 4")
+    assert written == (E.NONE, 4), f"the next write was answered {E.name(written[0])} at {written[1]}"
+    assert records == [(i, b"o%d" % i) for i in range(4)] + [(4, b"after")], (
+        f"bo/0 serves {records}")
