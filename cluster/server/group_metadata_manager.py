@@ -1,0 +1,259 @@
+"""GroupMetadataManager: the offsets partitions this broker leads, the
+groups they hold, and committed offsets written to and read back from the
+offsets topic (docs/design.md#groups).
+
+A broker coordinates the groups of the offsets partitions it leads. When it
+becomes a partition's leader it reads the partition's log from the start
+and rebuilds the committed offsets (until then its groups answer
+COORDINATOR_LOAD_IN_PROGRESS); when it stops leading it drops them
+(NOT_COORDINATOR). While it leads, nobody else writes the partition, so its
+cache and its log agree: the cache changes only after an append of its own.
+
+A commit is an append to the group's partition with acks=all: the answer
+waits for the high watermark (the partition's hw_waiters, as an acks=all
+produce), and only then is the cache updated. Append errors become the
+codes a Kafka 2.0 coordinator answers.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from typing import Callable
+
+from cluster.log.errors import OffsetOutOfRangeError
+from cluster.protocol import errors as E
+from cluster.protocol.records import batch_headers
+from cluster.server.group_metadata import GroupMetadata, GroupState, OffsetAndMetadata
+from cluster.server.offsets_topic import (GROUP_METADATA_TOPIC, OffsetKey, commit_batch,
+                                          partition_for, read_commits)
+from cluster.server.partition import Partition
+
+log = logging.getLogger(__name__)
+
+LOAD_CHUNK_BYTES = 1 << 20   # read per step of a load; the loop serves others in between
+
+Offsets = dict[tuple[str, int], OffsetAndMetadata]
+CommitCallback = Callable[[dict[tuple[str, int], int]], None]
+
+# Append error -> commit error, as Kafka 2.0's GroupMetadataManager maps them.
+_COMMIT_ERRORS = {
+    E.UNKNOWN_TOPIC_OR_PARTITION: E.COORDINATOR_NOT_AVAILABLE,
+    E.NOT_ENOUGH_REPLICAS: E.COORDINATOR_NOT_AVAILABLE,
+    E.NOT_ENOUGH_REPLICAS_AFTER_APPEND: E.COORDINATOR_NOT_AVAILABLE,
+    E.NOT_LEADER_FOR_PARTITION: E.NOT_COORDINATOR,
+    E.KAFKA_STORAGE_ERROR: E.NOT_COORDINATOR,
+    E.MESSAGE_TOO_LARGE: E.INVALID_COMMIT_OFFSET_SIZE,
+    E.RECORD_LIST_TOO_LARGE: E.INVALID_COMMIT_OFFSET_SIZE,
+    E.INVALID_FETCH_SIZE: E.INVALID_COMMIT_OFFSET_SIZE,
+}
+
+
+def commit_error(append_error: int) -> int:
+    """What a commit answers for its append's result (REQUEST_TIMED_OUT, the
+    acks=all wait running out, stays: the commit may yet be durable)."""
+    return _COMMIT_ERRORS.get(append_error, append_error)
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class OffsetsLoad:
+    """Committed offsets rebuilt from an offsets partition's records, fed
+    in log order: the last record of a key wins, a tombstone removes it."""
+
+    def __init__(self, partition: int):
+        self.partition = partition
+        self.offsets: dict[str, Offsets] = {}
+        self.bad_records = 0
+
+    def apply(self, data: bytes) -> int | None:
+        """Take whole batches as read from the log; the offset after the
+        last, or None if `data` holds no whole batch."""
+        headers = batch_headers(data)
+        if not headers:
+            return None
+        for _offset, key, value in read_commits(data, self._bad):
+            self._apply(key, value)
+        return headers[-1].next_offset
+
+    def _apply(self, key: OffsetKey, value: OffsetAndMetadata | None) -> None:
+        group = self.offsets.setdefault(key.group, {})
+        if value is None:
+            group.pop((key.topic, key.partition), None)
+        else:
+            group[(key.topic, key.partition)] = value
+
+    def _bad(self, offset: int, error: Exception) -> None:
+        self.bad_records += 1
+        log.warning("%s-%d: skipping record at offset %d: %s", GROUP_METADATA_TOPIC,
+                    self.partition, offset, error)
+
+    def groups(self) -> dict[str, Offsets]:
+        return {g: o for g, o in self.offsets.items() if o}
+
+
+class _Ownership:
+    """This broker leads one offsets partition: loading, then loaded."""
+
+    def __init__(self) -> None:
+        self.loaded = False
+        self.task: asyncio.Task | None = None
+
+
+class GroupMetadataManager:
+    """Handed how to find the local replica of a partition (the replica
+    manager's lookup), how many partitions the offsets topic has, and the
+    settings of commits: min.insync.replicas, message.max.bytes,
+    offsets.commit.timeout.ms, offset.metadata.max.bytes."""
+
+    def __init__(self, partition_of: Callable[[tuple[str, int]], Partition | None],
+                 partition_count: Callable[[], int], min_isr: int, max_message_bytes: int,
+                 commit_timeout_ms: int, max_metadata_bytes: int,
+                 clock: Callable[[], int] = wall_ms):
+        self.partition_of = partition_of
+        self.partition_count = partition_count
+        self.min_isr = min_isr
+        self.max_message_bytes = max_message_bytes
+        self.commit_timeout_ms = commit_timeout_ms
+        self.max_metadata_bytes = max_metadata_bytes
+        self.clock = clock
+        self.groups: dict[str, GroupMetadata] = {}
+        self._owned: dict[int, _Ownership] = {}
+        self._tasks: set[asyncio.Task] = set()
+
+    # -- which groups are here ------------------------------------------------------------
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.partition_count())
+
+    def status(self, group_id: str) -> int:
+        """E.NONE if this broker coordinates the group now."""
+        owned = self._owned.get(self.partition_for(group_id))
+        if owned is None:
+            return E.NOT_COORDINATOR
+        return E.NONE if owned.loaded else E.COORDINATOR_LOAD_IN_PROGRESS
+
+    def is_loading(self) -> bool:
+        return any(not o.loaded for o in self._owned.values())
+
+    def get_group(self, group_id: str) -> GroupMetadata | None:
+        return self.groups.get(group_id)
+
+    def add_group(self, group: GroupMetadata) -> GroupMetadata:
+        """The cached group of that id, or `group` now cached."""
+        return self.groups.setdefault(group.group_id, group)
+
+    # -- leadership of offsets partitions ----------------------------------------------------
+
+    def load_partition(self, partition: int, p: Partition) -> None:
+        """This broker leads `partition` now: load it, unless it already
+        leads it (a new leader epoch without a change of leader)."""
+        if partition in self._owned:
+            return
+        owned = self._owned[partition] = _Ownership()
+        owned.task = self._spawn(self._load(partition, p, owned))
+
+    def unload_partition(self, partition: int) -> list[GroupMetadata]:
+        """This broker no longer leads `partition`: forget it and its
+        groups. Returns the groups dropped (still to be told)."""
+        owned = self._owned.pop(partition, None)
+        if owned is None:
+            return []
+        if owned.task is not None:
+            owned.task.cancel()
+        dropped = [g for gid, g in self.groups.items() if self.partition_for(gid) == partition]
+        for g in dropped:
+            del self.groups[g.group_id]
+        log.info("%s-%d: no longer the coordinator of its %d groups", GROUP_METADATA_TOPIC,
+                 partition, len(dropped))
+        return dropped
+
+    async def _load(self, partition: int, p: Partition, owned: _Ownership) -> None:
+        started = time.monotonic()
+        load = OffsetsLoad(partition)
+        offset = p.log.log_start_offset
+        while offset < p.leo:
+            try:
+                data = p.log.read(offset, LOAD_CHUNK_BYTES)
+            except OffsetOutOfRangeError:   # retention moved the start meanwhile
+                offset = p.log.log_start_offset
+                continue
+            nxt = load.apply(data)
+            if nxt is None:
+                break
+            offset = nxt
+            await asyncio.sleep(0)
+        if self._owned.get(partition) is not owned:
+            return
+        for gid, offsets in load.groups().items():
+            self.add_group(GroupMetadata(gid)).offsets.update(offsets)
+        owned.loaded = True
+        log.info("%s-%d: loaded the offsets of %d groups up to offset %d in %.0f ms",
+                 GROUP_METADATA_TOPIC, partition, len(load.groups()), offset,
+                 (time.monotonic() - started) * 1000)
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    # -- committed offsets ------------------------------------------------------------------
+
+    def get_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
+                    ) -> dict[tuple[str, int], OffsetAndMetadata | None]:
+        """The committed offsets of `partitions` (None where there is none),
+        or all of the group's when `partitions` is None."""
+        group = self.groups.get(group_id)
+        known = {} if group is None or group.is_(GroupState.DEAD) else group.offsets
+        if partitions is None:
+            return dict(known)
+        return {tp: known.get(tp) for tp in partitions}
+
+    def store_offsets(self, group: GroupMetadata, offsets: Offsets,
+                      callback: CommitCallback) -> None:
+        """Append the commit (stamped with this broker's clock, as Kafka
+        does) to the group's partition, wait for the HW, then update the
+        cache and call back with an error per partition."""
+        results = {tp: E.OFFSET_METADATA_TOO_LARGE for tp, om in offsets.items()
+                   if len(om.metadata) > self.max_metadata_bytes}
+        now = self.clock()
+        valid = {tp: dataclasses.replace(om, commit_timestamp=now)
+                 for tp, om in offsets.items() if tp not in results}
+        if not valid:
+            callback(results)
+            return
+        p = self.partition_of((GROUP_METADATA_TOPIC, self.partition_for(group.group_id)))
+        if p is None or not p.is_leader:
+            callback({**results, **{tp: E.NOT_COORDINATOR for tp in valid}})
+            return
+        data = commit_batch(group.group_id, valid, now)
+        err, _, required = p.append_as_leader(data, batch_headers(data), -1, self.min_isr,
+                                              self.max_message_bytes)
+        if err == E.NONE and p.hw < required:
+            # Parked now, not in the task: a leadership change before the
+            # task runs must still fail it.
+            fut = p.hw_waiters.add(required)
+            self._spawn(self._await_hw(fut, group, valid, results, callback))
+            return
+        self._finish(err if err != E.NONE else p.ack_result(), group, valid, results, callback)
+
+    async def _await_hw(self, fut: asyncio.Future, group: GroupMetadata, valid: Offsets,
+                        results: dict, callback: CommitCallback) -> None:
+        try:
+            err = await asyncio.wait_for(fut, self.commit_timeout_ms / 1000)
+        except asyncio.TimeoutError:
+            err = E.REQUEST_TIMED_OUT
+        self._finish(err, group, valid, results, callback)
+
+    def _finish(self, append_error: int, group: GroupMetadata, valid: Offsets, results: dict,
+                callback: CommitCallback) -> None:
+        err = commit_error(append_error)
+        if err == E.NONE and not group.is_(GroupState.DEAD):
+            group.offsets.update(valid)
+        elif err != E.NONE:
+            log.info("commit of group %s failed: %s", group.group_id, E.name(err))
+        callback({**results, **{tp: err for tp in valid}})
