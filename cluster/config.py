@@ -61,6 +61,17 @@ DEFAULTS: dict[str, Any] = {
     "leader.imbalance.per.broker.percentage": 10,
     "leader.imbalance.check.interval.seconds": 300,
     "reassignment.agent.interval.ms": 30000,
+    # Consumer groups (docs/design.md#groups). Kafka's defaults except the
+    # partition count of the offsets topic (Kafka: 50, too many for a small
+    # test machine). The topic is created only when at least
+    # offsets.topic.replication.factor brokers are live, as in Kafka.
+    "offsets.topic.num.partitions": 10,
+    "offsets.topic.replication.factor": 3,
+    "offsets.commit.timeout.ms": 5000,
+    "offset.metadata.max.bytes": 4096,
+    "group.initial.rebalance.delay.ms": 3000,
+    "group.min.session.timeout.ms": 6000,
+    "group.max.session.timeout.ms": 300000,
     # Harness hook, not a Kafka key: per-peer address overrides so that each
     # broker-to-broker link can be routed through its own proxy.
     # Format: "2=127.0.0.1:20012,3=127.0.0.1:20013".
@@ -143,6 +154,9 @@ class BrokerConfig:
             raise ConfigError("replication.truncation must be 'hw' or 'leader-epoch'")
         if self["min.insync.replicas"] < 1:
             raise ConfigError("min.insync.replicas must be at least 1")
+        if self["offsets.topic.num.partitions"] < 1 or self["offsets.topic.replication.factor"] < 1:
+            raise ConfigError("offsets.topic.num.partitions and offsets.topic.replication.factor "
+                              "must be at least 1")
         if self["broker.id"] < 0:
             raise ConfigError("broker.id must not be negative")
         self.peer_addresses()  # parse errors surface now

@@ -10,8 +10,12 @@ The admin APIs (CreateTopics, DeleteTopics, CreatePartitions,
 DescribeConfigs) are served at the last versions before Kafka's flexible
 encoding, which the AdminClients of those clients negotiate.
 
-Group and coordinator APIs are deliberately absent: a consumer that sees no
-FindCoordinator in ApiVersions does not try to use a coordinator.
+The group APIs (FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
+LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups) reach the
+versions of a Kafka 2.0 broker, except OffsetCommit v0 and OffsetFetch v0,
+which Kafka 2.0 served from ZooKeeper, a second offset store this broker
+does not have (docs/design.md#groups). kafka-python's classes have every
+version of them.
 """
 from __future__ import annotations
 
@@ -20,12 +24,19 @@ import struct
 from kafka.protocol.admin import (CreatePartitionsRequest, CreatePartitionsResponse,
                                   CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest,
                                   DeleteTopicsResponse, DescribeConfigsRequest,
-                                  DescribeConfigsResponse)
-from kafka.protocol.consumer import (FetchRequest, FetchResponse, ListOffsetsRequest,
-                                     ListOffsetsResponse, OffsetForLeaderEpochRequest,
-                                     OffsetForLeaderEpochResponse)
-from kafka.protocol.metadata import (ApiVersionsRequest, ApiVersionsResponse, MetadataRequest,
-                                     MetadataResponse)
+                                  DescribeConfigsResponse, DescribeGroupsRequest,
+                                  DescribeGroupsResponse, ListGroupsRequest, ListGroupsResponse)
+from kafka.protocol.consumer import (FetchRequest, FetchResponse, HeartbeatRequest,
+                                     HeartbeatResponse, JoinGroupRequest, JoinGroupResponse,
+                                     LeaveGroupRequest, LeaveGroupResponse, ListOffsetsRequest,
+                                     ListOffsetsResponse, OffsetCommitRequest,
+                                     OffsetCommitResponse, OffsetFetchRequest,
+                                     OffsetFetchResponse, OffsetForLeaderEpochRequest,
+                                     OffsetForLeaderEpochResponse, SyncGroupRequest,
+                                     SyncGroupResponse)
+from kafka.protocol.metadata import (ApiVersionsRequest, ApiVersionsResponse,
+                                     FindCoordinatorRequest, FindCoordinatorResponse,
+                                     MetadataRequest, MetadataResponse)
 from kafka.protocol.producer import (InitProducerIdRequest, InitProducerIdResponse,
                                      ProduceRequest, ProduceResponse)
 
@@ -40,6 +51,15 @@ LEADER_AND_ISR = control.LEADER_AND_ISR
 STOP_REPLICA = control.STOP_REPLICA
 UPDATE_METADATA = control.UPDATE_METADATA
 CONTROLLED_SHUTDOWN = control.CONTROLLED_SHUTDOWN
+OFFSET_COMMIT = 8
+OFFSET_FETCH = 9
+FIND_COORDINATOR = 10
+JOIN_GROUP = 11
+HEARTBEAT = 12
+LEAVE_GROUP = 13
+SYNC_GROUP = 14
+DESCRIBE_GROUPS = 15
+LIST_GROUPS = 16
 API_VERSIONS = 18
 CREATE_TOPICS = 19
 DELETE_TOPICS = 20
@@ -71,6 +91,17 @@ CLIENT_APIS: dict[int, tuple[int, int, type, type]] = {
     DELETE_TOPICS: (1, 3, DeleteTopicsRequest, DeleteTopicsResponse),
     CREATE_PARTITIONS: (0, 1, CreatePartitionsRequest, CreatePartitionsResponse),
     DESCRIBE_CONFIGS: (1, 2, DescribeConfigsRequest, DescribeConfigsResponse),
+    # docs/design.md#groups: Kafka 2.0's versions. OffsetCommit and
+    # OffsetFetch v0 used ZooKeeper for storage in Kafka: not served.
+    FIND_COORDINATOR: (0, 2, FindCoordinatorRequest, FindCoordinatorResponse),
+    JOIN_GROUP: (0, 3, JoinGroupRequest, JoinGroupResponse),
+    SYNC_GROUP: (0, 2, SyncGroupRequest, SyncGroupResponse),
+    HEARTBEAT: (0, 2, HeartbeatRequest, HeartbeatResponse),
+    LEAVE_GROUP: (0, 2, LeaveGroupRequest, LeaveGroupResponse),
+    OFFSET_COMMIT: (1, 4, OffsetCommitRequest, OffsetCommitResponse),
+    OFFSET_FETCH: (1, 4, OffsetFetchRequest, OffsetFetchResponse),
+    LIST_GROUPS: (0, 2, ListGroupsRequest, ListGroupsResponse),
+    DESCRIBE_GROUPS: (0, 2, DescribeGroupsRequest, DescribeGroupsResponse),
 }
 
 # Everything advertised in ApiVersions: the client APIs and the controller's.
@@ -85,7 +116,10 @@ NAMES = {PRODUCE: "Produce", FETCH: "Fetch", LIST_OFFSETS: "ListOffsets", METADA
          API_VERSIONS: "ApiVersions", INIT_PRODUCER_ID: "InitProducerId",
          OFFSET_FOR_LEADER_EPOCH: "OffsetForLeaderEpoch", CREATE_TOPICS: "CreateTopics",
          DELETE_TOPICS: "DeleteTopics", CREATE_PARTITIONS: "CreatePartitions",
-         DESCRIBE_CONFIGS: "DescribeConfigs"}
+         DESCRIBE_CONFIGS: "DescribeConfigs", OFFSET_COMMIT: "OffsetCommit",
+         OFFSET_FETCH: "OffsetFetch", FIND_COORDINATOR: "FindCoordinator",
+         JOIN_GROUP: "JoinGroup", HEARTBEAT: "Heartbeat", LEAVE_GROUP: "LeaveGroup",
+         SYNC_GROUP: "SyncGroup", DESCRIBE_GROUPS: "DescribeGroups", LIST_GROUPS: "ListGroups"}
 
 
 def is_supported(api_key: int, version: int) -> bool:

@@ -27,7 +27,9 @@ from cluster.protocol.frame import (ProtocolError, RequestHeader, frame_response
                                     parse_request_header)
 from cluster.protocol.records import RecordError, down_convert, to_v2
 from cluster.server.admin_apis import AdminApis
+from cluster.server.group_apis import GroupApis
 from cluster.server.metadata_cache import MetadataCache
+from cluster.server.offsets_topic import INTERNAL_TOPICS
 from cluster.server.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,8 @@ class KafkaApis:
         self.max_message_bytes = cfg["message.max.bytes"]
         self._refused_metadata = 0  # client Metadata requests refused while uninformed
         self.admin = AdminApis(cfg, metadata, zk, is_controller=self._is_controller)
+        self.groups = GroupApis(cfg, rm, metadata, zk)
+        rm.add_leadership_listener(self.groups.coordinator.on_leadership_change)
 
     def _is_controller(self) -> bool:
         c = self.controller()
@@ -166,7 +170,8 @@ class KafkaApis:
                 if v >= 5:
                     part += ([r for r in cp.replicas if r not in live],)
                 plist.append(part)
-            topics.append((E.NONE, name, False, plist) if v >= 1 else (E.NONE, name, plist))
+            topics.append((E.NONE, name, name in INTERNAL_TOPICS, plist) if v >= 1
+                          else (E.NONE, name, plist))
         kw: dict[str, Any] = {"brokers": brokers, "topics": topics}
         if v >= 1:
             kw["controller_id"] = self.metadata.controller_id
@@ -193,6 +198,9 @@ class KafkaApis:
                     continue
                 if v >= 3 and req.transactional_id is not None:
                     r[1] = E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+                    continue
+                if td.name in INTERNAL_TOPICS:
+                    r[1] = E.INVALID_TOPIC_EXCEPTION   # only the coordinator writes there
                     continue
                 p = self.rm.partition((td.name, pd.index))
                 if p is None or not p.is_leader:
@@ -480,6 +488,23 @@ class KafkaApis:
             return self._respond(hdr, await serve(req, hdr.api_version))
         return run()
 
+    # -- group requests (docs/design.md#groups) ---------------------------------------------
+
+    def _group(self, hdr: RequestHeader, req):
+        serve = {api.FIND_COORDINATOR: self.groups.find_coordinator,
+                 api.JOIN_GROUP: self.groups.join_group,
+                 api.SYNC_GROUP: self.groups.sync_group,
+                 api.HEARTBEAT: self.groups.heartbeat,
+                 api.LEAVE_GROUP: self.groups.leave_group,
+                 api.OFFSET_COMMIT: self.groups.offset_commit,
+                 api.OFFSET_FETCH: self.groups.offset_fetch,
+                 api.LIST_GROUPS: self.groups.list_groups,
+                 api.DESCRIBE_GROUPS: self.groups.describe_groups}[hdr.api_key]
+
+        async def run():
+            return self._respond(hdr, await serve(hdr, req))
+        return run()
+
     _handlers = {
         api.METADATA: _metadata,
         api.PRODUCE: _produce,
@@ -491,4 +516,7 @@ class KafkaApis:
         api.DELETE_TOPICS: _admin,
         api.CREATE_PARTITIONS: _admin,
         api.DESCRIBE_CONFIGS: _admin,
+        **dict.fromkeys((api.FIND_COORDINATOR, api.JOIN_GROUP, api.SYNC_GROUP, api.HEARTBEAT,
+                         api.LEAVE_GROUP, api.OFFSET_COMMIT, api.OFFSET_FETCH, api.LIST_GROUPS,
+                         api.DESCRIBE_GROUPS), _group),
     }

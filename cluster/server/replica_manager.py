@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Callable
 
 from cluster.log import LogManager
 from cluster.protocol import control
@@ -76,6 +77,20 @@ class ReplicaManager:
         self._tasks: list[asyncio.Task] = []
         self._isr_changes: set[tuple[str, int]] = set()
         self._isr_notify_scheduled = False
+        # Told (partition, is_leader) when this broker starts or stops
+        # leading a partition: how the group coordinator follows the offsets
+        # partitions (docs/design.md#groups).
+        self._leadership_listeners: list[Callable[[Partition, bool], None]] = []
+
+    def add_leadership_listener(self, listener: Callable[[Partition, bool], None]) -> None:
+        self._leadership_listeners.append(listener)
+
+    def _tell_leadership(self, p: Partition, is_leader: bool) -> None:
+        for listener in self._leadership_listeners:
+            try:
+                listener(p, is_leader)
+            except Exception:
+                log.exception("leadership listener failed for %s-%d", p.topic, p.partition)
 
     # -- startup / shutdown -------------------------------------------------------------
 
@@ -250,6 +265,7 @@ class ReplicaManager:
         self.fetchers.remove(p.tp)
         p.make_leader(s.replicas, s.isr, s.leader_epoch, s.zk_version, controller_epoch,
                       now_ms())
+        self._tell_leadership(p, True)
 
     def _become_follower(self, p: Partition, s, controller_epoch: int) -> None:
         # With `hw` truncation a follower of the same leader keeps fetching as
@@ -261,6 +277,7 @@ class ReplicaManager:
                        and self.fetchers.source_of(p.tp) == s.leader)
         p.make_follower(s.replicas, s.isr, s.leader, s.leader_epoch, s.zk_version,
                         controller_epoch)
+        self._tell_leadership(p, False)
         if same_leader:
             return  # already following that leader (Kafka 0.8 skips the restart too)
         self.fetchers.remove(p.tp)
@@ -300,6 +317,7 @@ class ReplicaManager:
         p = self.partitions.get(tp)
         if p is not None:
             p.stop()
+            self._tell_leadership(p, False)
         if delete:
             self.partitions.pop(tp, None)
             if self.log_manager.get_log(*tp) is not None:

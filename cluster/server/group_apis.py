@@ -1,0 +1,231 @@
+"""GroupApis: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+OffsetCommit, OffsetFetch, ListGroups, DescribeGroups (docs/design.md#groups).
+
+Requests in, GroupCoordinator calls, responses out at the version asked.
+FindCoordinator names the leader of the group's offsets partition, and the
+first one that finds no offsets topic creates it (through cluster.admin, in
+ZooKeeper, as a topic's auto-creation does), provided
+offsets.topic.replication.factor brokers are live: until the controller has
+elected its leaders the answer is COORDINATOR_NOT_AVAILABLE and clients ask
+again, as with Kafka.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Callable
+
+from kafka.protocol.admin import DescribeGroupsResponse, ListGroupsResponse
+from kafka.protocol.consumer import (HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse,
+                                     OffsetCommitResponse, OffsetFetchResponse,
+                                     SyncGroupResponse)
+from kafka.protocol.metadata import FindCoordinatorResponse
+
+from cluster import admin
+from cluster.protocol import errors as E
+from cluster.protocol.frame import RequestHeader
+from cluster.server.group_coordinator import GroupConfig, GroupCoordinator
+from cluster.server.group_metadata import OffsetAndMetadata
+from cluster.server.group_metadata_manager import GroupMetadataManager
+from cluster.server.metadata_cache import MetadataCache
+from cluster.server.offsets_topic import GROUP_METADATA_TOPIC, partition_for
+
+log = logging.getLogger(__name__)
+
+KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
+
+
+def _answer(fut: asyncio.Future) -> Callable[..., None]:
+    """A coordinator callback that completes `fut` with its arguments (a
+    request whose connection is gone has cancelled it: then nothing)."""
+    def answer(*args: Any) -> None:
+        if not fut.done():
+            fut.set_result(args)
+    return answer
+
+
+def _by_topic(results: dict[tuple[str, int], Any]) -> dict[str, list[tuple[int, Any]]]:
+    out: dict[str, list[tuple[int, Any]]] = {}
+    for (topic, partition), value in results.items():
+        out.setdefault(topic, []).append((partition, value))
+    return out
+
+
+class GroupApis:
+    """Handed the broker's config, its replica manager (the offsets
+    partitions), its metadata cache (who leads them, which topics exist)
+    and its ZooKeeper client (to create the offsets topic)."""
+
+    def __init__(self, cfg: Any, rm: Any, metadata: MetadataCache, zk: Any):
+        self.metadata = metadata
+        self.zk = zk
+        self.num_partitions = cfg["offsets.topic.num.partitions"]
+        self.replication_factor = cfg["offsets.topic.replication.factor"]
+        manager = GroupMetadataManager(rm.partition, self.offsets_partition_count, rm.min_isr,
+                                       cfg["message.max.bytes"], cfg["offsets.commit.timeout.ms"],
+                                       cfg["offset.metadata.max.bytes"])
+        self.coordinator = GroupCoordinator(manager, GroupConfig.from_broker_config(cfg))
+
+    def offsets_partition_count(self) -> int:
+        """The offsets topic's partitions as the metadata says (every broker
+        then maps a group to the same one), the configured count before it exists."""
+        return len(self.metadata.partitions_of(GROUP_METADATA_TOPIC)) or self.num_partitions
+
+    # -- FindCoordinator ----------------------------------------------------------------------
+
+    async def find_coordinator(self, hdr: RequestHeader, req: Any) -> FindCoordinatorResponse:
+        v = hdr.api_version
+        key_type = req.key_type if v >= 1 else KEY_TYPE_GROUP
+        node = (-1, "", -1)
+        if key_type == KEY_TYPE_TRANSACTION:
+            err = E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED   # no transactions here
+        elif key_type != KEY_TYPE_GROUP or req.key is None:
+            err = E.INVALID_REQUEST
+        else:
+            err, node = await self._coordinator_of(req.key)
+        kw: dict[str, Any] = dict(error_code=err, node_id=node[0], host=node[1], port=node[2])
+        if v >= 1:
+            kw.update(throttle_time_ms=0, error_message=None)
+        return FindCoordinatorResponse(version=v, **kw)
+
+    async def _coordinator_of(self, group_id: str) -> tuple[int, tuple[int, str, int]]:
+        no_node = (-1, "", -1)
+        parts = self.metadata.partitions_of(GROUP_METADATA_TOPIC)
+        if not parts:
+            await self._create_offsets_topic()
+            return E.COORDINATOR_NOT_AVAILABLE, no_node
+        cp = parts.get(partition_for(group_id, len(parts)))
+        endpoint = self.metadata.endpoint(cp.leader) if cp is not None and cp.leader >= 0 else None
+        if endpoint is None:
+            return E.COORDINATOR_NOT_AVAILABLE, no_node
+        return E.NONE, (cp.leader, endpoint[0], endpoint[1])
+
+    async def _create_offsets_topic(self) -> None:
+        live = len(self.metadata.live_brokers())
+        if live < self.replication_factor:
+            # As Kafka: no offsets topic with fewer replicas than configured.
+            log.warning("not creating %s: %d live brokers, offsets.topic.replication.factor is "
+                        "%d", GROUP_METADATA_TOPIC, live, self.replication_factor)
+            return
+        if self.zk is None:
+            return
+        try:
+            await self.zk.call(self._create_in_zookeeper)
+        except Exception as e:   # ZooKeeper unreachable: the client asks again
+            log.warning("creating %s failed: %r", GROUP_METADATA_TOPIC, e)
+
+    def _create_in_zookeeper(self) -> None:
+        try:
+            admin.create_topic(self.zk.kazoo, GROUP_METADATA_TOPIC, self.num_partitions,
+                               self.replication_factor)
+        except admin.AdminError:
+            return   # it exists (another broker created it) or is being deleted
+        log.info("created %s: %d partitions, replication factor %d", GROUP_METADATA_TOPIC,
+                 self.num_partitions, self.replication_factor)
+
+    # -- membership -----------------------------------------------------------------------------
+
+    async def join_group(self, hdr: RequestHeader, req: Any) -> JoinGroupResponse:
+        v = hdr.api_version
+        fut = asyncio.get_running_loop().create_future()
+        self.coordinator.handle_join_group(
+            req.group_id, req.member_id or "", hdr.client_id or "", "",
+            req.rebalance_timeout_ms if v >= 1 else req.session_timeout_ms,
+            req.session_timeout_ms, req.protocol_type or "",
+            [(p.name or "", bytes(p.metadata or b"")) for p in req.protocols or []],
+            _answer(fut))
+        ((err, generation, protocol, leader, member_id, members),) = await fut
+        kw: dict[str, Any] = dict(error_code=err, generation_id=generation,
+                                  protocol_name=protocol, leader=leader, member_id=member_id,
+                                  members=members)
+        if v >= 2:
+            kw["throttle_time_ms"] = 0
+        return JoinGroupResponse(version=v, **kw)
+
+    async def sync_group(self, hdr: RequestHeader, req: Any) -> SyncGroupResponse:
+        fut = asyncio.get_running_loop().create_future()
+        assignments = {a.member_id: bytes(a.assignment or b"") for a in req.assignments or []}
+        self.coordinator.handle_sync_group(req.group_id, req.generation_id, req.member_id or "",
+                                           assignments, _answer(fut))
+        err, assignment = await fut
+        return self._with_throttle(SyncGroupResponse, hdr.api_version, 1,
+                                   error_code=err, assignment=assignment)
+
+    async def heartbeat(self, hdr: RequestHeader, req: Any) -> HeartbeatResponse:
+        err = self.coordinator.handle_heartbeat(req.group_id, req.member_id or "",
+                                                req.generation_id)
+        return self._with_throttle(HeartbeatResponse, hdr.api_version, 1, error_code=err)
+
+    async def leave_group(self, hdr: RequestHeader, req: Any) -> LeaveGroupResponse:
+        err = self.coordinator.handle_leave_group(req.group_id, req.member_id or "")
+        return self._with_throttle(LeaveGroupResponse, hdr.api_version, 1, error_code=err)
+
+    @staticmethod
+    def _with_throttle(cls: type, version: int, since: int, **fields: Any) -> Any:
+        """A response with throttle_time_ms 0 from version `since` on."""
+        if version >= since:
+            fields["throttle_time_ms"] = 0
+        return cls(version=version, **fields)
+
+    # -- offsets --------------------------------------------------------------------------------
+
+    async def offset_commit(self, hdr: RequestHeader, req: Any) -> OffsetCommitResponse:
+        """v1-4. v1's per-partition commit timestamp is not used: Kafka 2.0
+        stamps commits with its own clock too (that field only moved its
+        expiry, and committed offsets do not expire here)."""
+        results: dict[tuple[str, int], int] = {}
+        offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+        for t in req.topics or []:
+            for pt in t.partitions or []:
+                tp = (t.name, pt.partition_index)
+                if self.metadata.partition(*tp) is None:
+                    results[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
+                    offsets.pop(tp, None)
+                else:
+                    results[tp] = E.NONE   # keeps the request's order
+                    offsets[tp] = OffsetAndMetadata(pt.committed_offset,
+                                                    pt.committed_metadata or "")
+        if offsets:
+            fut = asyncio.get_running_loop().create_future()
+            self.coordinator.handle_commit_offsets(req.group_id, req.member_id or "",
+                                                   req.generation_id_or_member_epoch, offsets,
+                                                   _answer(fut))
+            (committed,) = await fut
+            results.update(committed)
+        topics = [(name, parts) for name, parts in _by_topic(results).items()]
+        return self._with_throttle(OffsetCommitResponse, hdr.api_version, 3, topics=topics)
+
+    async def offset_fetch(self, hdr: RequestHeader, req: Any) -> OffsetFetchResponse:
+        """v1-4: the listed partitions, or (v2+, topics null) all the group has."""
+        v = hdr.api_version
+        partitions = (None if req.topics is None and v >= 2 else
+                      [(t.name, p) for t in req.topics or [] for p in t.partition_indexes or []])
+        err, offsets = self.coordinator.handle_fetch_offsets(req.group_id, partitions)
+        if err != E.NONE:
+            # v2+ say it once; v1 has only the partitions to say it in.
+            found = {} if v >= 2 else {tp: (-1, "", err) for tp in partitions or []}
+        else:
+            found = {tp: (-1, "", E.NONE) if om is None else (om.offset, om.metadata, E.NONE)
+                     for tp, om in offsets.items()}
+        topics = [(name, [(p, off, md, e) for p, (off, md, e) in parts])
+                  for name, parts in _by_topic(found).items()]
+        fields: dict[str, Any] = {"topics": topics}
+        if v >= 2:
+            fields["error_code"] = err
+        return self._with_throttle(OffsetFetchResponse, v, 3, **fields)
+
+    # -- ListGroups, DescribeGroups ----------------------------------------------------------------
+
+    async def list_groups(self, hdr: RequestHeader, req: Any) -> ListGroupsResponse:
+        err, groups = self.coordinator.handle_list_groups()
+        return self._with_throttle(ListGroupsResponse, hdr.api_version, 1, error_code=err,
+                                   groups=groups)
+
+    async def describe_groups(self, hdr: RequestHeader, req: Any) -> DescribeGroupsResponse:
+        groups = []
+        for group_id in req.groups or []:
+            err, (state, protocol_type, protocol, members) = \
+                self.coordinator.handle_describe_group(group_id)
+            groups.append((err, group_id, state, protocol_type, protocol, members))
+        return self._with_throttle(DescribeGroupsResponse, hdr.api_version, 1, groups=groups)
