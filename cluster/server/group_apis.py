@@ -21,7 +21,7 @@ from kafka.protocol.consumer import (HeartbeatResponse, JoinGroupResponse, Leave
                                      SyncGroupResponse)
 from kafka.protocol.metadata import FindCoordinatorResponse
 
-from cluster import admin
+from cluster import admin, zkpaths
 from cluster.protocol import errors as E
 from cluster.protocol.frame import RequestHeader
 from cluster.server.group_coordinator import GroupConfig, GroupCoordinator
@@ -62,6 +62,7 @@ class GroupApis:
         self.zk = zk
         self.num_partitions = cfg["offsets.topic.num.partitions"]
         self.replication_factor = cfg["offsets.topic.replication.factor"]
+        self._refused_at = -1   # the live broker count the last refusal to create was logged at
         manager = GroupMetadataManager(rm.partition, self.offsets_partition_count, rm.min_isr,
                                        cfg["message.max.bytes"], cfg["offsets.commit.timeout.ms"],
                                        cfg["offset.metadata.max.bytes"])
@@ -105,8 +106,10 @@ class GroupApis:
         live = len(self.metadata.live_brokers())
         if live < self.replication_factor:
             # As Kafka: no offsets topic with fewer replicas than configured.
-            log.warning("not creating %s: %d live brokers, offsets.topic.replication.factor is "
-                        "%d", GROUP_METADATA_TOPIC, live, self.replication_factor)
+            if live != self._refused_at:   # once per live count, not per request
+                log.warning("not creating %s: %d live brokers, offsets.topic.replication.factor"
+                            " is %d", GROUP_METADATA_TOPIC, live, self.replication_factor)
+            self._refused_at = live
             return
         if self.zk is None:
             return
@@ -116,11 +119,14 @@ class GroupApis:
             log.warning("creating %s failed: %r", GROUP_METADATA_TOPIC, e)
 
     def _create_in_zookeeper(self) -> None:
+        kz = self.zk.kazoo
+        if kz.exists(zkpaths.topic_path(GROUP_METADATA_TOPIC)):
+            return   # created, not yet in this broker's metadata (or being deleted)
         try:
-            admin.create_topic(self.zk.kazoo, GROUP_METADATA_TOPIC, self.num_partitions,
+            admin.create_topic(kz, GROUP_METADATA_TOPIC, self.num_partitions,
                                self.replication_factor)
         except admin.AdminError:
-            return   # it exists (another broker created it) or is being deleted
+            return   # another broker created it meanwhile
         log.info("created %s: %d partitions, replication factor %d", GROUP_METADATA_TOPIC,
                  self.num_partitions, self.replication_factor)
 

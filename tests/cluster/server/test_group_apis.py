@@ -180,3 +180,28 @@ def test_clients_cannot_produce_to_the_offsets_topic(tmp_path):
             topic_data=[(GROUP_METADATA_TOPIC, [(0, v2_batch([b"x"]))])]), 3)
         assert r.responses[0].partition_responses[0].error_code == E.INVALID_TOPIC_EXCEPTION
     asyncio.run(main())
+
+
+def test_the_offsets_topic_is_created_only_with_enough_live_brokers(tmp_path):
+    """As Kafka 2.0: fewer live brokers than offsets.topic.replication.factor
+    (3) is COORDINATOR_NOT_AVAILABLE and no topic, not a smaller factor."""
+    class Zk:
+        kazoo = None
+
+        def __init__(self):
+            self.calls = []
+
+        async def call(self, fn, *args):
+            self.calls.append(fn.__name__)
+
+    async def main():
+        apis = await _broker(tmp_path)
+        apis.groups.zk = zk = Zk()
+        live = [control.BrokerEndpoint(b, "127.0.0.1", 9090 + b) for b in (1, 2, 3)]
+        for n, created in ((2, []), (3, ["_create_in_zookeeper"])):
+            apis.rm.handle_update_metadata(
+                control.UpdateMetadataRequest(99, 1, (), tuple(live[:n])))
+            r = await _call(apis, FindCoordinatorResponse, FindCoordinatorRequest(key="g"), 0)
+            assert r.error_code == E.COORDINATOR_NOT_AVAILABLE
+            assert zk.calls == created
+    asyncio.run(main())
