@@ -190,8 +190,8 @@ def _batch(rng: random.Random) -> bytes:
 def client_request(rng: random.Random, target: Target) -> tuple[int, int, Any, bool]:
     """(api key, version, request object, whether an answer comes) of a
     well-formed client request with random fields."""
-    key = rng.choice(sorted(api.CLIENT_APIS))
-    lo, hi, req_cls, _ = api.CLIENT_APIS[key]
+    key = rng.choice(sorted(api.SERVED_APIS))
+    lo, hi, req_cls, _ = api.SERVED_APIS[key]
     v = rng.randint(lo, hi)
     t = _topic(rng, target)
     p = rng.choice([0, 0, 1, 2, -1, rng.randint(0, 100)])
@@ -257,9 +257,65 @@ def client_request(rng: random.Random, target: Target) -> tuple[int, int, Any, b
         kw = {"resources": [(rng.choice([2, 4, 0, 8]), rng.choice([t, "1", "2", "7", ""]),
                              None if rng.random() < 0.7 else ["min.insync.replicas", "x"])],
               "include_synonyms": rng.random() < 0.5}
+    elif key in GROUP_KEYS:
+        kw = _group_request(rng, key, v, t, p, index=rng.randrange(1 << 30))
     else:  # pragma: no cover - a new API needs a builder here
         raise AssertionError(f"no request builder for api key {key}")
     return key, v, req_cls(version=v, **kw), answer
+
+
+GROUP_KEYS = frozenset(api.GROUP_APIS)
+
+
+def _group(rng: random.Random) -> str:
+    return rng.choice([f"fz-g{rng.randint(0, 5)}", "", "x" * rng.randint(1, 300)])
+
+
+def _group_request(rng: random.Random, key: int, v: int, t: str, p: int, index: int
+                   ) -> dict[str, Any]:
+    """The fields of a group API request (docs/design.md#groups). A JoinGroup
+    goes to a group of its own: one that others joined would make it wait
+    for them up to its rebalance timeout, past the fuzzer's answer timeout."""
+    member = rng.choice(["", "fuzz-0", "chaoslog-fuzz-1-0"])
+    generation = rng.choice([-1, 0, 1, 2 ** 31 - 1])
+    if key == api.FIND_COORDINATOR:
+        kw: dict[str, Any] = {"key": _group(rng)}
+        if v >= 1:
+            kw["key_type"] = rng.choice([0, 0, 1, 7])
+        return kw
+    if key == api.JOIN_GROUP:
+        kw = {"group_id": f"fz-join-{index}", "member_id": member,
+              "session_timeout_ms": rng.choice([6000, 6000, 0, -1, 10 ** 9]),
+              "protocol_type": rng.choice(["consumer", "consumer", ""]),
+              "protocols": [(rng.choice(["range", "roundrobin", ""]), rng.randbytes(rng.randint(0, 20)))
+                            for _ in range(rng.randint(0, 2))]}
+        if v >= 1:
+            kw["rebalance_timeout_ms"] = rng.choice([1000, 0, -1])
+        return kw
+    if key == api.SYNC_GROUP:
+        return {"group_id": _group(rng), "generation_id": generation, "member_id": member,
+                "assignments": [(rng.choice([member, "other"]), rng.randbytes(rng.randint(0, 20)))
+                                for _ in range(rng.randint(0, 2))]}
+    if key in (api.HEARTBEAT, api.LEAVE_GROUP):
+        kw = {"group_id": _group(rng), "member_id": member}
+        if key == api.HEARTBEAT:
+            kw["generation_id"] = generation
+        return kw
+    if key == api.OFFSET_COMMIT:
+        offset = rng.choice([0, 5, -1, 2 ** 63 - 1])
+        meta = rng.choice([None, "", "m" * rng.randint(1, 5000)])
+        part = (p, offset, rng.choice([-1, 0]), meta) if v == 1 else (p, offset, meta)
+        kw = {"group_id": _group(rng), "generation_id_or_member_epoch": generation,
+              "member_id": member, "topics": [(t, [part])]}
+        if v >= 2:
+            kw["retention_time_ms"] = rng.choice([-1, 0, 1000])
+        return kw
+    if key == api.OFFSET_FETCH:
+        topics = [(t, [p])] if v < 2 or rng.random() < 0.7 else None
+        return {"group_id": _group(rng), "topics": topics}
+    if key == api.LIST_GROUPS:
+        return {}
+    return {"groups": [_group(rng) for _ in range(rng.randint(0, 3))]}   # DescribeGroups
 
 
 def _client_bytes(rng: random.Random, index: int, target: Target) -> tuple[int, int, int, bytes, bool]:

@@ -16,9 +16,12 @@ from harness.backends import BACKENDS, make_cluster
 from harness.backends.base import RUNNING, ClusterSpec
 from harness.cluster_cli import positive_int
 
-# The fixed configuration, with small segments so that rolls happen too.
+# The fixed configuration, with small segments so that rolls happen too, and
+# no delay before a new group's first rebalance: each JoinGroup case joins a
+# group of its own and would wait it out.
 BROKER_CONFIG = {"min.insync.replicas": 2, "unclean.leader.election.enable": False,
-                 "replication.truncation": "leader-epoch", "log.segment.bytes": 64 * 1024}
+                 "replication.truncation": "leader-epoch", "log.segment.bytes": 64 * 1024,
+                 "group.initial.rebalance.delay.ms": 0}
 TOPICS = {"fuzz-a": (3, 3), "fuzz-b": (1, 2)}   # name: (partitions, replication factor)
 
 
