@@ -14,6 +14,7 @@ Exit codes: 0 every run valid, 1 some run found an anomaly, 2 refused
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 import time
 from dataclasses import replace
@@ -110,6 +111,11 @@ class CampaignRunner:
         state = CampaignState.open(self.out, self.campaign)
         for r in state.interrupted():
             self.log(f"run {r['index']} ({r['label']}) was interrupted; its directory is kept")
+        for r in state.runs:
+            if (r.get("shrunk") or {}).get("status") == "started":
+                self.log(f"run {r['index']}: the campaign stopped while shrinking it; "
+                         f"shrinking it again")
+                self._shrink_again(r, state)
         while True:
             index = len(state.runs)
             planned = self.campaign.plan(index)
@@ -151,6 +157,17 @@ class CampaignRunner:
             record["left_behind"] = left
             self.log(f"run {record['index']} left {', '.join(left)} behind (removed)")
         state.save()
+        self._shrink(record, spec, state, t0)
+        self.log(f"run {record['index']}: {record.get('verdict', record['status'])}"
+                 f"{' ' + ','.join(record.get('fatal') or []) if record.get('fatal') else ''}"
+                 f"{' (' + record['reason'] + ')' if record.get('reason') else ''}")
+
+    def _shrink(self, record: dict[str, Any], spec: RunSpec, state: CampaignState,
+                t0: float) -> None:
+        """Shrink the run's failure within what is left of both budgets,
+        unless a reproducer of the same anomalies exists already. Marked
+        as started first, so that a campaign killed meanwhile shrinks the
+        run again when it resumes."""
         fatal_types = set(record.get("fatal") or [])
         remaining = self.budget_s - state.spent_s - (self.clock() - t0)
         done_by = self._shrunk_already(state, fatal_types)
@@ -158,14 +175,32 @@ class CampaignRunner:
             record["shrunk"] = {"skipped": f"run {done_by} found the same anomalies "
                                            f"and its reproducer reproduced them"}
         elif fatal_types and self.campaign.shrink and remaining > 0:
+            record["shrunk"] = {"status": "started"}
+            state.save()
             try:
                 record["shrunk"] = self.shrink(Path(record["run_dir"]), spec, fatal_types,
                                                min(self.campaign.shrink_budget_s, remaining))
             except Exception as e:  # noqa: BLE001 - recorded; the campaign goes on
                 record["shrunk"] = {"error": f"{type(e).__name__}: {e}"}
-        self.log(f"run {record['index']}: {record.get('verdict', record['status'])}"
-                 f"{' ' + ','.join(record.get('fatal') or []) if record.get('fatal') else ''}"
-                 f"{' (' + record['reason'] + ')' if record.get('reason') else ''}")
+        state.save()
+
+    def _shrink_again(self, record: dict[str, Any], state: CampaignState) -> None:
+        """A shrink the campaign died in: its tries so far are set aside
+        (RUN_DIR/shrunk.interrupted) and the search starts over."""
+        shrunk = Path(record["run_dir"]) / "shrunk"
+        if shrunk.exists():
+            aside = shrunk.with_name("shrunk.interrupted")
+            shutil.rmtree(aside, ignore_errors=True)
+            shrunk.rename(aside)
+        del record["shrunk"]
+        planned = self.campaign.plan(record["index"])
+        spec = spec_of(self.campaign, planned, Path(record["run_dir"]), self.backend)
+        t0 = self.clock()
+        try:
+            self._shrink(record, spec, state, t0)
+        finally:
+            state.spent_s += self.clock() - t0
+            state.save()
 
     @staticmethod
     def _shrunk_already(state: CampaignState, fatal: set[str]) -> int | None:

@@ -191,6 +191,26 @@ def test_a_killed_campaign_resumes_with_nothing_lost_or_run_twice(tmp_path):
     assert state.spent_s <= 1000
 
 
+def test_a_campaign_killed_while_shrinking_shrinks_that_run_again_when_it_resumes(tmp_path):
+    clock, shrunk = Clock(), []
+
+    def dying(run_dir, spec, fatal, budget_s):
+        (run_dir / "shrunk" / "tries" / "001").mkdir(parents=True)
+        raise SystemExit(137)
+    killed = runner(tmp_path, clock, ["invalid"], budget=1000)
+    killed.shrink = dying
+    with pytest.raises(SystemExit):
+        killed.go()
+    before = json.loads((tmp_path / "c" / "campaign.json").read_text())
+    assert before["runs"][0]["shrunk"] == {"status": "started"}
+    state = runner(tmp_path, clock, ["valid"], budget=1000, shrunk=shrunk).go()
+    (run_dir, fatal, _), = shrunk
+    assert run_dir == Path(state.runs[0]["run_dir"]) and fatal == {"lost"}
+    assert state.runs[0]["shrunk"]["faults"] == 1 and state.runs[0]["verdict"] == "invalid"
+    assert (run_dir / "shrunk.interrupted" / "tries" / "001").is_dir()   # kept as evidence
+    assert [r["index"] for r in state.runs] == list(range(len(state.runs)))
+
+
 def test_another_campaigns_directory_is_refused(tmp_path):
     CampaignState.open(tmp_path, small(name="other"))
     with pytest.raises(CampaignError, match="holds campaign 'other'"):
