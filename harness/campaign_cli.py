@@ -101,7 +101,8 @@ class CampaignRunner:
         self.budget_s = budget_s
         self.backend = backend
         self.run = run or (lambda spec: execute(spec, log=lambda m: None))
-        self.shrink = shrink or shrink_failure
+        self.shrink = shrink or (lambda run_dir, spec, fatal, budget_s: shrink_failure(
+            run_dir, spec, fatal, budget_s, tries=campaign.shrink_tries))
         self.left = left
         self.clock = clock
         self.log = log
@@ -170,10 +171,11 @@ class CampaignRunner:
         run again when it resumes."""
         fatal_types = set(record.get("fatal") or [])
         remaining = self.budget_s - state.spent_s - (self.clock() - t0)
-        done_by = self._shrunk_already(state, fatal_types)
+        kinds = {step.fault for step in spec.schedule.steps}
+        done_by = self._explained_by(state, fatal_types, kinds)
         if done_by is not None:
-            record["shrunk"] = {"skipped": f"run {done_by} found the same anomalies "
-                                           f"and its reproducer reproduced them"}
+            record["shrunk"] = {"skipped": f"run {done_by}'s reproducer, of faults this run had "
+                                           f"too, reproduced the same anomalies"}
         elif fatal_types and self.campaign.shrink and remaining > 0:
             record["shrunk"] = {"status": "started"}
             state.save()
@@ -203,13 +205,17 @@ class CampaignRunner:
             state.save()
 
     @staticmethod
-    def _shrunk_already(state: CampaignState, fatal: set[str]) -> int | None:
+    def _explained_by(state: CampaignState, fatal: set[str], kinds: set[str]) -> int | None:
         """The earlier run whose failure of the same anomaly types was shrunk
-        to a reproducer that reproduced it: a second one of those would
-        spend the budget on what the morning already has."""
+        to a reproducer that reproduced it, using only fault kinds this run
+        had too: shrinking this one would likely find that reproducer again
+        and spend the budget on what the morning already has. A failure
+        without the faults of any known reproducer has another cause and
+        is shrunk."""
         for r in state.runs:
             shrunk = r.get("shrunk") or {}
-            if fatal and set(r.get("fatal") or []) == fatal and shrunk.get("reproduced"):
+            if (fatal and set(r.get("fatal") or []) == fatal and shrunk.get("reproduced")
+                    and "fault_kinds" in shrunk and set(shrunk["fault_kinds"]) <= kinds):
                 return r["index"]
         return None
 
@@ -218,18 +224,20 @@ class CampaignRunner:
         return (f"{counts}; {_hms(state.spent_s)} of {_hms(self.budget_s)} spent")
 
 
-def shrink_failure(run_dir: Path, spec: RunSpec, fatal: set[str], budget_s: float) -> dict[str, Any]:
+def shrink_failure(run_dir: Path, spec: RunSpec, fatal: set[str], budget_s: float, *,
+                   tries: int = 2) -> dict[str, Any]:
     """chaoslog shrink's search on a campaign's failure, into RUN_DIR/shrunk."""
     from harness.shrink import Shrinker
     from harness.shrink_cli import replay, write_reproducer
     out = run_dir / "shrunk"
     out.mkdir(parents=True, exist_ok=True)
-    shrinker = Shrinker(replace(spec, out=None), fatal, replay, out, tries=2, budget_s=budget_s,
-                        log=log_line)
+    shrinker = Shrinker(replace(spec, out=None), fatal, replay, out, tries=tries,
+                        budget_s=budget_s, log=log_line)
     small = shrinker.shrink()
     confirmed = shrinker.confirm(small)
     write_reproducer(out, run_dir, small, fatal, shrinker, confirmed)
     return {"dir": str(out), "faults": len(small.schedule.steps),
+            "fault_kinds": sorted({step.fault for step in small.schedule.steps}),
             "reproduced": confirmed.reproduced, "tries": confirmed.tries}
 
 

@@ -111,13 +111,14 @@ def fake_run(clock, verdicts, seconds=100.0):
 
 
 def runner(tmp_path, clock, verdicts, budget=1000.0, shrunk=None, left=lambda: [], reproduced=2,
-           **kw):
+           kinds=("kill",), **kw):
     calls = shrunk if shrunk is not None else []
 
     def shrink(run_dir, spec, fatal, budget_s):
         calls.append((run_dir, fatal, budget_s))
         clock.now += 50
-        return {"dir": str(run_dir / "shrunk"), "faults": 1, "reproduced": reproduced}
+        return {"dir": str(run_dir / "shrunk"), "faults": 1, "fault_kinds": kinds,
+                "reproduced": reproduced}
     return CampaignRunner(small(**kw), tmp_path / "c", budget_s=budget, backend="docker",
                           run=fake_run(clock, verdicts), shrink=shrink, left=left, clock=clock,
                           log=lambda m: None)
@@ -153,7 +154,14 @@ def test_a_failure_already_shrunk_to_a_working_reproducer_is_not_shrunk_again(tm
     state = runner(tmp_path, clock, ["invalid", "invalid"], budget=1000, shrunk=shrunk).go()
     assert len(shrunk) == 1
     assert state.runs[1]["shrunk"] == {
-        "skipped": "run 0 found the same anomalies and its reproducer reproduced them"}
+        "skipped": "run 0's reproducer, of faults this run had too, reproduced the same anomalies"}
+
+
+def test_a_failure_without_the_faults_of_the_known_reproducer_is_shrunk(tmp_path):
+    clock, shrunk = Clock(), []
+    runner(tmp_path, clock, ["invalid", "invalid"], budget=1000, shrunk=shrunk,
+           kinds=("kill", "an-unheard-of-fault")).go()
+    assert len(shrunk) == 2
 
 
 def test_a_failure_whose_reproducer_did_not_reproduce_is_shrunk_again(tmp_path):
