@@ -95,9 +95,8 @@ CLIENT_APIS: dict[int, tuple[int, int, type, type]] = {
 
 # The group APIs (docs/design.md#groups), served like the client APIs at
 # Kafka 2.0's versions; OffsetCommit and OffsetFetch v0 kept their offsets in
-# ZooKeeper in Kafka: not served. A table of their own for now: the protocol
-# fuzzer builds a request for every entry of CLIENT_APIS and has no builder
-# for these yet; they join CLIENT_APIS once it has.
+# ZooKeeper in Kafka: not served. A table of their own so that tools can
+# tell them apart (the protocol fuzzer aims them at groups of its own).
 GROUP_APIS: dict[int, tuple[int, int, type, type]] = {
     FIND_COORDINATOR: (0, 2, FindCoordinatorRequest, FindCoordinatorResponse),
     JOIN_GROUP: (0, 3, JoinGroupRequest, JoinGroupResponse),
