@@ -5,8 +5,10 @@ state) back to back until the budget is spent, with a progress line. A run
 that errors is recorded with its reason and the campaign goes on. Between
 runs it checks that the run left no container behind (and removes any).
 A failing run is shrunk (`chaoslog shrink`) within the campaign's
-shrink_budget, its reproducer written next to it. Killed at any moment, the
-same command resumes: OUT/campaign.json says what ran.
+shrink_budget, its reproducer written next to it, unless a reproducer the
+campaign already has explains it (the same anomaly types, from fault kinds
+the run had too). Killed at any moment, the same command resumes:
+OUT/campaign.json says what ran; a shrink the kill interrupted starts over.
 
 Exit codes: 0 every run valid, 1 some run found an anomaly, 2 refused
 (bad file or arguments), 4 no run could be judged.
@@ -166,9 +168,9 @@ class CampaignRunner:
     def _shrink(self, record: dict[str, Any], spec: RunSpec, state: CampaignState,
                 t0: float) -> None:
         """Shrink the run's failure within what is left of both budgets,
-        unless a reproducer of the same anomalies exists already. Marked
-        as started first, so that a campaign killed meanwhile shrinks the
-        run again when it resumes."""
+        unless an earlier reproducer explains it (_explained_by). Marked as
+        started first, so that a campaign killed meanwhile shrinks the run
+        again when it resumes."""
         fatal_types = set(record.get("fatal") or [])
         remaining = self.budget_s - state.spent_s - (self.clock() - t0)
         kinds = {step.fault for step in spec.schedule.steps}
