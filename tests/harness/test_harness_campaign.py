@@ -69,9 +69,10 @@ def test_the_shipped_nightly_campaign_is_valid_in_every_cell():
     check_matrix(c, "docker")
 
 
-def test_the_shipped_seed_faithful_campaign_is_valid_in_every_cell():
-    c = Campaign.load(DEFAULT_FILE.parent / "seed-faithful.toml")
-    assert c.name == "seed-faithful" and len(c.combinations()) == 2
+@pytest.mark.parametrize("name,cells", [("seed-faithful", 2), ("fixed", 3)])
+def test_the_other_shipped_campaigns_are_valid_in_every_cell(name, cells):
+    c = Campaign.load(DEFAULT_FILE.parent / f"{name}.toml")
+    assert c.name == name and len(c.combinations()) == cells
     check_matrix(c, "docker")
 
 
