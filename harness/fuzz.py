@@ -51,6 +51,7 @@ from typing import Any, Callable
 from cluster.protocol import api, control
 from cluster.protocol import errors as E
 from harness import kafka_wire
+from harness.resources import rss_kb
 
 # Generous for a loaded 2-core machine: every request asks for at most 1 s of
 # waiting, so an answer later than ANSWER_TIMEOUT_S is a hang, not a delay.
@@ -619,18 +620,6 @@ def check_replica_files(log_dir: Path) -> list[str]:
                 next_offset = batch.last_offset + 1
                 pos = end
     return bad
-
-
-def rss_kb(pid: int | None) -> int | None:
-    if not pid:
-        return None
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None
 
 
 # -- the run ---------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from harness.history import (HistoryRecorder, HistoryStats, collect_logs, dump_z
                              new_run_id, utc_now_iso, write_run_json)
 from harness.observer import (OBSERVATIONS, MetadataSampler, Observations, await_recovery,
                               observe_brokers, observe_replicas)
+from harness.resources import ResourceSampler
 from harness.workload import FinalReads, Workload, WorkloadSpec
 from harness.workload.runner import launcher_for
 
@@ -118,6 +119,7 @@ class Run:
         self.recorder.subscribe(self.stats)
         self.observations = Observations(self.run_dir / OBSERVATIONS, self.recorder.now)
         self.sampler: MetadataSampler | None = None
+        self.resources: ResourceSampler | None = None
         self.workload: Workload | None = None
         self.nemeses: list[Nemesis] = []
         self.injected: list[Injector] = []
@@ -194,6 +196,7 @@ class Run:
             self._faults.resolver.topics = set(self._topics)
         if self.sampler is None:
             self.sampler = MetadataSampler(self.zk, self.observations).start()
+            self.resources = ResourceSampler(self.cluster, self.observations).start()
         rf = len(next(iter(next(iter(placed.values())).values()))) if placed else replication_factor
         self.meta["cluster"]["replication_factor"] = rf
         self._write_meta(outcome="running")
@@ -358,6 +361,9 @@ class Run:
     # -- bookkeeping ---------------------------------------------------------------
 
     def _stop_sampler(self) -> None:
+        if self.resources is not None:
+            self.resources.stop()
+            self.outcome["resource_samples"] = self.resources.samples
         if self.sampler is not None:
             self.sampler.stop()
             self.outcome["metadata_samples"] = {"written": self.sampler.samples,

@@ -120,6 +120,12 @@ class Cluster(abc.ABC):
     @abc.abstractmethod
     def nodes(self) -> list[NodeInfo]: ...
 
+    def host_pid(self, name: str) -> int | None:
+        """The node's main process as this host sees it (its /proc entry, for
+        resource samples), or None when it is not running or the backend
+        cannot tell."""
+        return None
+
     @abc.abstractmethod
     def logs(self, name: str) -> str: ...
 

@@ -279,6 +279,13 @@ class DockerCluster(Cluster):
         if c.status == "paused":
             c.unpause()
 
+    def host_pid(self, name: str) -> int | None:
+        try:
+            c = self._get(name)
+        except Exception:  # noqa: BLE001 - gone, or the engine did not answer
+            return None
+        return c.attrs.get("State", {}).get("Pid") or None
+
     def nodes(self) -> list[NodeInfo]:
         out = []
         for name in self.spec.node_names():

@@ -264,6 +264,10 @@ class LocalCluster(Cluster):
     def resume_node(self, name: str) -> None:
         self._proc(name).freeze(False)
 
+    def host_pid(self, name: str) -> int | None:
+        p = self.procs.get(name)
+        return p.pid if p is not None and p.running() else None
+
     def nodes(self) -> list[NodeInfo]:
         out = []
         for name in self.spec.node_names():
