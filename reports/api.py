@@ -15,6 +15,7 @@ from pathlib import Path
 from reports.context import requests_for
 from reports.errors import HistoryError
 from reports.readers import RunInput, open_runs
+from reports.resources import read_samples, resource_series
 from reports.summary import DEFAULT_MAX_INSTANCES, build_summary, write_json
 
 EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_ERROR = 0, 1, 2, 3
@@ -150,6 +151,7 @@ def _write(run_dir: Path, out_dir: Path, run: RunInput, findings, ctx, report: b
     from reports.report import write_report
 
     summary = build_summary(findings)
+    summary["resources"] = resource_series(read_samples(run_dir))
     out_dir.mkdir(parents=True, exist_ok=True)
     if out_dir.resolve() != run_dir.resolve():
         # keep the output directory self-contained (the nightly overview reads run.json there)

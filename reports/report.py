@@ -186,6 +186,29 @@ def _charts(s: dict) -> str:
     return throughput + errors + latency
 
 
+def _resources(s: dict) -> str:
+    """Memory, file descriptors and threads per node, and ZooKeeper's watches,
+    over the run (reports/resources.py): lines that only climb are leaks."""
+    r = s.get("resources")
+    if not r:
+        return "<p class=muted>No resource samples in this run.</p>"
+    xs = r["seconds"]
+    x_max = max(s["duration_ns"] / NS_PER_SECOND, xs[-1] + 1)
+    windows = _windows_for_charts(s)
+
+    def per_node(metric: str, scale: float = 1.0):
+        return [(name, [(x, None if v is None else v * scale) for x, v in zip(xs, m[metric])])
+                for name, m in sorted(r["nodes"].items())]
+    charts = [line_chart("Resident memory per node (MiB)", per_node("rss_kb", 1 / 1024), x_max,
+                         windows, "MiB"),
+              line_chart("Open file descriptors per node", per_node("fds"), x_max, windows, "fds"),
+              line_chart("Threads per node", per_node("threads"), x_max, windows, "threads")]
+    if any(v is not None for v in r["zk_watches"]):
+        charts.append(line_chart("ZooKeeper watches", [("watches", list(zip(xs, r["zk_watches"])))],
+                                 x_max, windows, "watches"))
+    return "".join(charts)
+
+
 def _fault_windows(s: dict) -> str:
     """The fault-coverage table: each fault, whether it took effect (what the
     injector noted, what the cluster showed), what overlapped it."""
@@ -358,6 +381,10 @@ def render(summary: dict, run_json: dict, ctx: dict | None = None) -> str:
 {_anomaly_table(s)}
 <h2>Timeline</h2>
 {_charts(s)}
+<h2>Resources</h2>
+<p class=muted>Sampled every 10 s from the nodes' processes and ZooKeeper; a gap is a node that was
+down. Over a long run these lines stay flat unless something leaks.</p>
+{_resources(s)}
 <h2>Fault coverage</h2>
 <p class=muted>Every fault of the run: did it take effect (the injector's notes, and what the
 cluster's metadata samples showed within it and the 10 s after), and what happened meanwhile.</p>
