@@ -1,0 +1,50 @@
+"""ZooKeeper-ensemble faults: the brokers stall, never misbehave, and recover.
+
+The design assumes ZooKeeper works with a quorum (docs/design.md#guarantees).
+What it owes when the ensemble itself is hit is no unsafe step: while a
+member is down the others serve; while the majority is down nobody can
+change the cluster's metadata, so leaders and ISRs stay as they were, and
+once the quorum is back every partition must recover with nothing lost.
+A 3-node ensemble under the fixed configuration, an acks=all and an
+idempotent producer throughout:
+
+  1. the ensemble's leader killed (a new one is elected, sessions move);
+  2. a follower frozen (its peers and clients see a member cut off);
+  3. the majority killed, a follower and then the leader, for 12 s: no
+     quorum.
+
+The verdict must be valid (no loss, no duplicate, the cluster recovered in
+its bound), and the faults must have taken effect: the harness's own
+ZooKeeper samples fail while the quorum is gone.
+"""
+from __future__ import annotations
+
+import pytest
+
+from faults.nemesis import Schedule, Step
+from suite_helpers import SAFE, describe
+
+pytestmark = [pytest.mark.docker]
+
+
+@pytest.mark.zookeepers(3)
+@pytest.mark.broker_config(**SAFE)
+def test_an_ensemble_losing_its_leader_a_member_and_its_majority_loses_nothing(workload, nemesis):
+    run = workload({"t": 2}, replication_factor=3, mix=({"acks": "all"}, {"acks": "all",
+                                                                          "idempotent": True}))
+    nemesis(Schedule(seed=0, duration_s=50.0, quiet_s=10.0, steps=[
+        Step(4.0, "zk-kill", 8.0, "zk-leader"),
+        Step(17.0, "zk-pause", 8.0, "zk-follower"),
+        # A follower first: the leader keeps its quorum and its role until
+        # the second kill (a member looking for a leader is neither).
+        Step(30.0, "zk-kill", 12.0, "zk-follower", lane=0),
+        Step(30.5, "zk-kill", 11.5, "zk-leader", lane=1),
+    ]))
+    summary = run.finish().verdict()
+    assert summary["valid"] is True, describe(summary)
+    kills = [w for w in summary["fault_windows"] if w["fault"] == "zk-kill"]
+    majority = kills[1:]
+    assert len(majority) == 2 and len({t for w in majority for t in w["targets"]}) == 2, (
+        f"the majority loss did not hit two members: {majority}")
+    samples = run.outcome["metadata_samples"]
+    assert samples["failed"] > 0, f"ZooKeeper answered throughout the majority loss: {samples}"
