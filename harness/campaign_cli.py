@@ -77,15 +77,6 @@ def leftovers() -> list[str]:
     return left
 
 
-def reap_orphans() -> list[str]:
-    """What a killed campaign left running (its owner process is gone)."""
-    try:
-        from harness import reaper
-        return reaper.reap_docker() + reaper.reap_local()
-    except Exception:  # noqa: BLE001 - no engine: nothing to reap there
-        return []
-
-
 class CampaignRunner:
     """The loop. `run(spec)` makes one run (harness.run.execute),
     `shrink(run_dir, spec, fatal, budget_s)` shrinks a failure, `left()`
@@ -257,9 +248,6 @@ def cmd_campaign(a: argparse.Namespace) -> int:
         print(f"chaoslog campaign: error: {e}", file=sys.stderr)
         return EXIT_REFUSED
     out = Path(a.out)
-    reaped = reap_orphans()
-    if reaped:
-        log_line(f"removed what a stopped run left: {', '.join(reaped)}")
     log_line(f"campaign {campaign.name}: {len(campaign.combinations())} combination(s), "
              f"budget {_hms(budget)}, into {out}")
     try:

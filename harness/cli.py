@@ -45,9 +45,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The commands that start clusters: before they do, whatever a killed earlier
+# chaoslog process left (containers, networks, local processes, proxies; its
+# iptables rules live and die in its containers) is removed.
+STARTS_CLUSTERS = {"run", "demo", "shrink", "campaign", "fuzz"}
+
+
+def _reap(args: argparse.Namespace) -> None:
+    if args.command not in STARTS_CLUSTERS and not (
+            args.command == "cluster" and getattr(args, "action", None) == "up"):
+        return
+    from harness.reaper import reap_orphans
+    removed = reap_orphans()
+    if removed:
+        print(f"chaoslog: removed what a killed earlier run left: {', '.join(removed)}",
+              file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _reap(args)
     try:
         return int(args.func(args) or 0)
     except ClusterError as e:

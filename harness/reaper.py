@@ -120,3 +120,14 @@ def reap_local() -> list[str]:
             shutil.rmtree(base, ignore_errors=True)
         path.unlink(missing_ok=True)
     return removed
+
+
+def reap_orphans() -> list[str]:
+    """Everything whose owner process is gone, on both backends (no Docker
+    engine: nothing of ours can be left there)."""
+    removed = reap_local()
+    try:
+        removed += reap_docker()
+    except Exception:  # noqa: BLE001 - no engine, or it did not answer
+        pass
+    return removed
