@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from reports.summary import ANOMALY_TYPES, OBSERVATION_TYPES
+from reports.summary import ANOMALY_TYPES, GROUP_TYPES, OBSERVATION_TYPES
 
 PER_TYPE = 50  # instances shown per anomaly type
 PER_KEY = 20  # rows fetched per key (reads of a value, reads at an offset...)
@@ -30,8 +30,13 @@ def requests_for(summary: dict, per_type: int = PER_TYPE) -> dict:
     req = {"ops": set(), "reads_of": set(), "reads_at": set(), "acks_at": set()}
     for kind, a in _shown(summary, per_type):
         tp = (a["topic"], a["partition"])
-        if kind in OBSERVATION_TYPES:
-            continue  # what the harness observed of the cluster: the instance says it all
+        if kind in OBSERVATION_TYPES or kind == "commit-regressed":
+            continue  # what the harness observed of the cluster, or groups.jsonl: the instance says it all
+        if kind in GROUP_TYPES:  # the record the group never polled
+            at = a["offset"] if kind == "group-skipped" else a["skipped"]
+            req["reads_at"].add((*tp, at))
+            req["acks_at"].add((*tp, at))
+            continue
         if kind in ("lost", "unseen", "lost-unreplicated", "ack-below-min-isr"):
             req["ops"].add(a["op"])
             for o in (a["offset"] - 1, a["offset"], a["offset"] + 1):
@@ -103,9 +108,13 @@ def rows_for(kind: str, a: dict, ctx: dict) -> list[dict]:
     """The table of events explaining one anomaly instance, in index order, without repeats."""
     tp = (a["topic"], a["partition"])
     rows: list[dict] = []
-    if kind in OBSERVATION_TYPES:
+    if kind in OBSERVATION_TYPES or kind == "commit-regressed":
         return []
-    if kind in ("lost", "unseen", "lost-unreplicated", "ack-below-min-isr"):
+    if kind in GROUP_TYPES:
+        at = a["offset"] if kind == "group-skipped" else a["skipped"]
+        rows += _ack_rows(ctx["acks_at"].get((*tp, at), []))
+        rows += _read_rows(ctx["reads_at"].get((*tp, at), []), note="never polled by the group")
+    elif kind in ("lost", "unseen", "lost-unreplicated", "ack-below-min-isr"):
         rows += _op_rows(ctx["ops"].get(a["op"], []))
         rows += _ack_rows([r for r in ctx["acks_at"].get((*tp, a["offset"]), []) if r["op"] != a["op"]])
         for o in (a["offset"] - 1, a["offset"], a["offset"] + 1):

@@ -18,6 +18,9 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from reports.groups import (commit_regressions, final_commits, read_groups,
+                            resume_candidates)
+from reports.groups import oracles as group_oracles
 from reports.observations import (annotate_windows, below_min_isr, checked, judge,
                                   read_observations, recovered_at, writers_of_duplicates)
 from reports.readers import RunInput, iter_events, open_run
@@ -58,6 +61,7 @@ class _Op:
     records: list = field(default_factory=list)
     error: str | None = None
     node: str | None = None  # send: the producer instance
+    group: str | None = None  # poll: the consumer group of its member
 
 
 @dataclass
@@ -119,6 +123,10 @@ class ReferenceChecker:
         self.uncommitted: list[dict] = []
         # per (topic, partition, node) of an idempotent producer: its ok sends
         self.idem_sends: dict[tuple, list[_Op]] = defaultdict(list)
+        # per (group, topic, partition): values its members' (non-final) polls returned
+        self.group_reads: dict[tuple, set] = defaultdict(set)
+        # per (topic, partition): value -> the lowest offset final reads returned it at
+        self.final_at: dict[tuple, dict[int, int]] = defaultdict(dict)
 
     # -- the pass over the events ------------------------------------------
 
@@ -134,7 +142,7 @@ class ReferenceChecker:
                      inv_index=ev["index"], inv_time=ev["time"], final=bool(ev["final"]),
                      node=ev["node"] if ev["f"] == "send" else None)
             if ev["f"] == "poll":
-                op.position = ev["offset"]
+                op.position, op.group = ev["offset"], ev["group"]
                 self._poll_invoked(tp, op)
             self.pending[ev["op"]] = op
             return
@@ -147,6 +155,7 @@ class ReferenceChecker:
         op.comp_index, op.comp_time = ev["index"], ev["time"]
         op.final = op.final or bool(ev["final"])
         op.error = ev["error"]
+        op.group = op.group or ev["group"]
         if ev["type"] == "ok":
             if ev["f"] == "send":
                 op.ack = ev["offset"]
@@ -218,6 +227,11 @@ class ReferenceChecker:
                     "process": ev["process"], "op": op.op, "index": op.comp_index,
                     "time": op.comp_time})
             self._check_sequence(tp, ev["process"], seq, offset, op)
+            if op.final:
+                at = self.final_at[tp]
+                at[value] = min(offset, at.get(value, offset))
+            elif op.group is not None:
+                self.group_reads[(op.group, *tp)].add(value)
             offsets = self.reads[tp].setdefault(value, {})
             if offset not in offsets:
                 offsets[offset] = witness
@@ -335,6 +349,8 @@ class ReferenceChecker:
         self.idempotent_duplicates -= writers_of_duplicates(obs, found["duplicate"])
         found["ack-below-min-isr"] = self._acks_below_min_isr(obs)
         found["unrecovered"] += self._unrecovered_partitions(obs)
+        groups = read_groups(self.run.run_dir)
+        found.update(self._group_anomalies(groups or [], complete))
 
         findings = Findings(self.run.run_id, self.run.run_json, self.run.idempotent, "reference")
         findings.idempotent_duplicates = self.idempotent_duplicates
@@ -342,6 +358,7 @@ class ReferenceChecker:
             obs, exact_polls=self.exact_polls,
             idempotent_producers=len({k[2] for k in self.idem_sends}),
             final_complete=bool(partitions) and all(p["final_complete"] for p in partitions))
+        findings.oracles.update(group_oracles(groups))
         findings.events, findings.end_time = self.events, self.end_time
         findings.warnings = list(self.run.warnings)
         for kind in ANOMALY_TYPES:
@@ -363,6 +380,34 @@ class ReferenceChecker:
         findings.windows = self._windows()
         annotate_windows(obs, findings.windows)
         return findings
+
+    def _group_anomalies(self, events: list[dict], complete: dict) -> dict[str, list[dict]]:
+        """commit-regressed, resume-past-commit and group-skipped (docs/anomalies.md):
+        the candidates from groups.jsonl (reports/groups.py), the evidence from the reads."""
+        resumed = []
+        for c in resume_candidates(events):
+            tp = (c["topic"], c["partition"])
+            polled = self.group_reads.get((c["group"], *tp), set())
+            unpolled = [o for o, values in self.at_offset.get(tp, {}).items()
+                        if c["committed"] <= o < c["offset"] and not set(values) <= polled]
+            if unpolled:
+                resumed.append({**c, "skipped": min(unpolled)})
+        skipped = []
+        for fc in final_commits(events):
+            tp = (fc["topic"], fc["partition"])
+            if complete.get(tp) is None:
+                continue  # (without complete final reads, a missing record is lost/unseen)
+            polled = self.group_reads.get((fc["group"], *tp), set())
+            final_at = self.final_at.get(tp, {})
+            for value, op in self.sends.get(tp, {}).items():
+                at = final_at.get(value)
+                if (op.outcome == "ok" and op.node not in self.weak and at is not None
+                        and at < fc["offset"] and value not in polled):
+                    skipped.append({"topic": tp[0], "partition": tp[1], "group": fc["group"],
+                                    "value": value, "offset": at, "committed": fc["offset"],
+                                    "index": fc["index"], "time": fc["time"]})
+        return {"commit-regressed": commit_regressions(events), "resume-past-commit": resumed,
+                "group-skipped": skipped}
 
     def _nonmonotonic_sends(self) -> list[dict]:
         """An idempotent producer's acknowledged sends to a partition, in the

@@ -36,6 +36,9 @@ DESCRIPTIONS = {
     "leaderless": "a partition stayed without a live leader while an in-sync replica was alive",
     "stale-metadata": "after recovery a broker served other leaders or ISRs than ZooKeeper",
     "unrecovered": "after the faults healed the cluster or a partition did not recover in time",
+    "commit-regressed": "a consumer group's acknowledged committed offset went backwards",
+    "group-skipped": "a consumer group committed past an acknowledged record no member polled",
+    "resume-past-commit": "a group member resumed past the last commit over records the group never polled",
 }
 
 CSS = """
@@ -298,6 +301,15 @@ def _instance_title(kind: str, a: dict) -> str:
         if a["kind"] == "cluster":
             return f"the cluster did not recover within {a['seconds']} s: {a['detail']}"
         return f"{tp}: every send after the recovery failed ({a['failed']}): {a['errors']}"
+    if kind == "commit-regressed":
+        return (f"{tp}: group {a['group']}: {a['member']}'s {a['kind']} at offset {a['offset']} after "
+                f"an acknowledged commit at {a['previous']}")
+    if kind == "resume-past-commit":
+        return (f"{tp}: group {a['group']}: {a['member']} started at {a['offset']}, committed "
+                f"{a['committed']}; offset {a['skipped']} never polled by the group")
+    if kind == "group-skipped":
+        return (f"{tp}: group {a['group']} committed {a['committed']} but never polled value "
+                f"{a['value']} at offset {a['offset']}")
     if kind in ("lost", "unseen", "lost-unreplicated"):
         return f"{tp}: value {a['value']} acknowledged at offset {a['offset']} (op {a['op']}, process {a['process']})"
     if kind == "duplicate":

@@ -44,6 +44,7 @@ FIELDS: tuple[tuple[str, str], ...] = (
     ("detail", "string"),
     # chaoslog's compatible extension (docs/history-format.md, "Extensions")
     ("log_start_offset", "long"),
+    ("group", "string"),  # a poll of a consumer group's member (groups.jsonl)
 )
 FIELD_NAMES = tuple(name for name, _ in FIELDS)
 

@@ -74,6 +74,9 @@ from functools import reduce
 
 from reports.context import PER_KEY, empty_context
 from reports.errors import HistoryError
+from reports.groups import (commit_regressions, final_commits, read_groups,
+                            resume_candidates)
+from reports.groups import oracles as group_oracles
 from reports.observations import (annotate_windows, below_min_isr, checked, judge,
                                   read_observations, recovered_at, writers_of_duplicates)
 from reports.readers import RunInput, first_problem
@@ -405,7 +408,7 @@ class SparkChecker:
             t.alias("t"),
             fn.alias("fn"),
             "value", "offset", "records", "high_watermark", "final", "error", "node",
-            "log_start_offset",
+            "log_start_offset", "group",
             # errors travel through the ops as a code (a hash; _names has the text)
             F.when(c("error").isNotNull(), F.xxhash64("error")).alias("err"),
             # so does a send's producer instance
@@ -674,6 +677,7 @@ class SparkChecker:
         # task overlap with another's work, so both cores stay busy.
         observed = {k: read_observations(todo[k].run_dir, todo[k].run_json.get("checks"))
                     for k in good}
+        groups = {k: read_groups(todo[k].run_dir) for k in good}
         sections = [
             lambda: self._timeline_and_latency(findings),
             lambda: self._value_anomalies(findings, tp_rows),
@@ -683,6 +687,7 @@ class SparkChecker:
             lambda: self._read_anomalies(findings, tp_rows),
             lambda: self._send_order(findings),
             lambda: self._observed(findings, observed, todo),
+            lambda: self._groups(findings, groups),
         ]
         from pyspark.util import inheritable_thread_target
 
@@ -697,6 +702,7 @@ class SparkChecker:
                 observed[k], exact_polls=sum(r.exact_polls for r in tp_rows if r.run == k),
                 idempotent_producers=self.idempotent_nodes.get(k, 0),
                 final_complete=bool(f.partitions) and all(p["final_complete"] for p in f.partitions))
+            f.oracles.update(group_oracles(groups[k]))
         for f in findings.values():
             c = f.counts
             c["lost"] = f.anomaly_counts["lost"]
@@ -1208,6 +1214,80 @@ class SparkChecker:
                         "topic": topic, "partition": partition, "kind": "partition",
                         "time": d["after"], "failed": d["failed"], "errors": d["errors"]})
                     f.anomaly_counts["unrecovered"] += 1
+
+    def _groups(self, findings, groups):
+        """commit-regressed, resume-past-commit and group-skipped (docs/anomalies.md):
+        the candidates from groups.jsonl (reports/groups.py, shared with the
+        reference checker), the evidence from the reads and acknowledgements
+        in joins: a record in [committed, position) of a resumed partition,
+        or acknowledged below a group's final commit, that no poll of the
+        group's members returned."""
+        from pyspark.sql import functions as F
+
+        c = F.col
+        resumes, finals = [], []
+        for k, events in groups.items():
+            if not events:
+                continue
+            f = findings[k]
+            for item in commit_regressions(events):
+                f.anomalies["commit-regressed"].append(item)
+                f.anomaly_counts["commit-regressed"] += 1
+            complete = {(p["topic"], p["partition"]) for p in f.partitions if p["final_complete"]}
+            for i, cand in enumerate(resume_candidates(events)):
+                tp = self.tp_of(k, cand["topic"], cand["partition"])
+                if tp is not None:
+                    resumes.append((k, tp, cand["group"], cand["committed"], cand["offset"], i, cand))
+            for fc in final_commits(events):
+                tp = self.tp_of(k, fc["topic"], fc["partition"])
+                if tp is not None and (fc["topic"], fc["partition"]) in complete:
+                    finals.append((k, tp, fc["group"], fc["offset"], fc))
+        if not resumes and not finals:
+            return
+        # values each group's members returned (the group is on the poll's invocation)
+        members = (self.ev.filter((c("fn") == F_POLL) & c("group").isNotNull())
+                   .select("run", "op", "group").distinct())
+        polls = self.ops.filter((c("fn") == F_POLL) & (c("final") == 0)).select("run", "op")
+        polled = (self.reads.join(polls, ["run", "op"]).join(members, ["run", "op"])
+                  .select("run", "tp", "group", "value").distinct())
+        if resumes:
+            cands = self.spark.createDataFrame(
+                [r[:6] for r in resumes],
+                "run int, tp long, group string, committed long, position long, cand int")
+            known = self.pairs.filter((c("reads") > 0) | (F.coalesce("weak", F.lit(0)) == 0)).select(
+                "run", "tp", "offset", "value")
+            unpolled = (
+                known.join(F.broadcast(cands), ["run", "tp"])
+                .filter((c("offset") >= c("committed")) & (c("offset") < c("position")))
+                .join(polled, ["run", "tp", "group", "value"], "left_anti")
+                .groupBy("run", "cand").agg(F.min("offset").alias("skipped"))
+            )
+            by_cand = {(r.run, r.cand): r.skipped for r in self._collect(unpolled, "resumed groups")}
+            for k, _tp, _g, _lo, _hi, i, cand in resumes:
+                if (k, i) in by_cand:
+                    findings[k].anomalies["resume-past-commit"].append({**cand, "skipped": by_cand[(k, i)]})
+                    findings[k].anomaly_counts["resume-past-commit"] += 1
+        if finals:
+            fin = self.spark.createDataFrame(
+                [r[:4] + (i,) for i, r in enumerate(finals)],
+                "run int, tp long, group string, committed long, fin int")
+            final_ops = self.ops.filter((c("fn") == F_POLL) & (c("final") == 1)).select("run", "op")
+            at = (self.reads.join(final_ops, ["run", "op"]).groupBy("run", "tp", "value")
+                  .agg(F.min("offset").alias("offset")))
+            acked = self.acks().filter(c("weak") == 0).select("run", "tp", "value")
+            skipped = (
+                acked.join(at, ["run", "tp", "value"]).join(F.broadcast(fin), ["run", "tp"])
+                .filter(c("offset") < c("committed"))
+                .join(polled, ["run", "tp", "group", "value"], "left_anti")
+                .select("run", "fin", "value", "offset")
+            )
+            for r in self._collect(skipped, "groups' skipped records"):
+                k, _tp, group, committed, fc = finals[r.fin]
+                findings[k].anomalies["group-skipped"].append({
+                    "topic": fc["topic"], "partition": fc["partition"], "group": group,
+                    "value": r.value, "offset": r.offset, "committed": committed,
+                    "index": fc["index"], "time": fc["time"]})
+                findings[k].anomaly_counts["group-skipped"] += 1
 
     def _node_names(self):
         """(run, node code, node name) of every producer instance seen."""

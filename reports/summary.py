@@ -15,6 +15,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# Judged from a consumer group's commits and rebalances (groups.jsonl; reports/groups.py).
+GROUP_TYPES = ("commit-regressed", "group-skipped", "resume-past-commit")
+
 ANOMALY_TYPES = (
     "lost",
     "unseen",
@@ -36,6 +39,7 @@ ANOMALY_TYPES = (
     "leaderless",
     "stale-metadata",
     "unrecovered",
+    *GROUP_TYPES,
 )
 
 # Fatal only under a condition (see `fatal_types`): `duplicate` when the
@@ -64,6 +68,10 @@ def sort_key(kind: str):
     """Canonical order of the instances of an anomaly type (both checkers use it before capping)."""
     if kind in ("lost", "unseen", "lost-unreplicated", "truncated-read", "ack-below-min-isr"):
         return lambda a: (a["topic"], a["partition"], a["offset"], a["value"])
+    if kind in ("commit-regressed", "resume-past-commit"):
+        return lambda a: (a["topic"], a["partition"], a["group"], a["seq"])
+    if kind == "group-skipped":
+        return lambda a: (a["topic"], a["partition"], a["group"], a["offset"], a["value"])
     if kind == "read-uncommitted":
         return lambda a: (a["topic"], a["partition"], a["offset"], a["value"], a["index"])
     if kind == "nonmonotonic-send":

@@ -12,7 +12,7 @@ import pytest
 from reports_histgen import HistoryBuilder, run_json, write_run
 
 from reports import reference
-from reports.summary import ANOMALY_TYPES, build_summary
+from reports.summary import ANOMALY_TYPES, GROUP_TYPES, build_summary
 
 CASES = {}
 
@@ -587,7 +587,9 @@ def check_observed_metadata(s):
     assert [(x["broker"], x["partition"], x["served"]["leader"]) for x in a["stale-metadata"]] == [
         ("broker-1", 0, 2)]
     assert all(v == "checked" for k, v in s["oracles"].items()
-               if k not in ("read-uncommitted", "nonmonotonic-send", "replica-divergence"))
+               if k not in ("read-uncommitted", "nonmonotonic-send", "replica-divergence",
+                            *GROUP_TYPES))
+    assert s["oracles"]["group-skipped"] == "no input: no consumer group in the run (no groups.jsonl)"
 
 
 @case
@@ -690,6 +692,9 @@ def every_oracle_clean():
     b.complete_poll(op, 1, [(0, 1)], hw=1, log_start_offset=0)
     final_read(b, 2, [(0, 1)], 1)
     meta = workload(**{"producer-1": producer(idempotent=True)})
+    g = Groups(b)
+    g.commit("consumer-1", 0)  # (a group that committed: its oracles have input)
+    meta["groups"] = g.events
     meta["observations"] = [sample(0, ("t", 0, 1, 1, [1, 2, 3], 1)),
                             sample(S, ("t", 0, 1, 1, [1, 2, 3], 1)), recovery(2 * S),
                             {"kind": "broker-metadata", "time": 3 * S, "broker": "broker-1",
@@ -706,6 +711,178 @@ def check_every_oracle_clean(s):
     assert set(s["oracles"].values()) == {"checked"}
 
 
+# --------------------------------------------------------------------------- consumer groups
+
+
+class Groups:
+    """groups.jsonl lines beside a HistoryBuilder: each placed after the history's last event."""
+
+    def __init__(self, b, group="g"):
+        self.b, self.group, self.events, self.refs = b, group, [], 0
+
+    def add(self, **ev):
+        last = self.b.events[-1]["time"] if self.b.events else 0
+        self.events.append({"time": last, "index": len(self.b.events), "seq": len(self.events),
+                            "group": self.group, **ev})
+
+    def assign(self, member, position, committed, partition=0):
+        self.add(member=member, kind="assign", partitions=[
+            {"topic": "t", "partition": partition, "position": position, "committed": committed}])
+
+    def revoke(self, member, partition=0):
+        self.add(member=member, kind="revoke", lost=False,
+                 partitions=[{"topic": "t", "partition": partition}])
+
+    def commit(self, member, offset, outcome="ok", partition=0):
+        self.refs += 1
+        offsets = [{"topic": "t", "partition": partition, "offset": offset}]
+        self.add(member=member, kind="commit", type="invoke", commit=self.refs, offsets=offsets)
+        done = {"offsets": offsets} if outcome == "ok" else {"error": "timeout"}
+        self.add(member=member, kind="commit", type=outcome, commit=self.refs, **done)
+
+
+def group_poll(b, proc, records, position, group="g"):
+    op = b.invoke_poll(proc, position, group=group)
+    b.complete_poll(op, proc, records, hw=4, group=group)
+
+
+def four_sends():
+    b = HistoryBuilder()
+    for v, o in ((1, 0), (2, 1), (3, 2), (4, 3)):
+        b.send(0, v, offset=o)
+    return b
+
+
+def read_all(b):
+    final_read(b, 9, [(0, 1), (1, 2), (2, 3), (3, 4)], 4)
+
+
+@case
+def group_clean():
+    """Two members in turn, each resuming at the other's last commit."""
+    b = four_sends()
+    g = Groups(b)
+    g.assign("consumer-1", 0, -1)
+    group_poll(b, 1, [(0, 1), (1, 2)], 0)
+    g.commit("consumer-1", 2)
+    g.revoke("consumer-1")
+    g.assign("consumer-2", 2, 2)
+    group_poll(b, 2, [(2, 3), (3, 4)], 2)
+    g.commit("consumer-2", 4)
+    read_all(b)
+    return b, {"groups": g.events}
+
+
+def check_group_clean(s):
+    assert s["valid"] is True
+    only(s)
+    assert {s["oracles"][k] for k in GROUP_TYPES} == {"checked"}
+
+
+@case
+def commit_regressed():
+    b = four_sends()
+    g = Groups(b)
+    g.assign("consumer-1", 0, -1)
+    group_poll(b, 1, [(0, 1), (1, 2), (2, 3)], 0)
+    g.commit("consumer-1", 3)
+    g.revoke("consumer-1")
+    g.assign("consumer-2", 1, 1)          # told 1 after 3 was acknowledged
+    group_poll(b, 2, [(1, 2), (2, 3)], 1)
+    g.commit("consumer-2", 2)             # acknowledged below 3
+    group_poll(b, 2, [(3, 4)], 3)
+    read_all(b)
+    return b, {"groups": g.events}
+
+
+def check_commit_regressed(s):
+    assert s["valid"] is False and s["fatal"] == ["commit-regressed"]
+    only(s, commit_regressed=[
+        {"group": "g", "member": "consumer-2", "kind": "assign", "offset": 1, "previous": 3},
+        {"group": "g", "member": "consumer-2", "kind": "commit", "offset": 2, "previous": 3}])
+
+
+@case
+def resume_past_commit():
+    b = four_sends()
+    g = Groups(b)
+    g.assign("consumer-1", 0, -1)
+    group_poll(b, 1, [(0, 1)], 0)
+    g.commit("consumer-1", 1)
+    g.revoke("consumer-1")
+    g.assign("consumer-2", 3, 3)          # starts at 3: offsets 1 and 2 never reach the group
+    group_poll(b, 2, [(3, 4)], 3)
+    g.commit("consumer-2", 4)
+    read_all(b)
+    return b, {"groups": g.events}
+
+
+def check_resume_past_commit(s):
+    assert s["valid"] is False and s["fatal"] == ["group-skipped", "resume-past-commit"]
+    only(s, resume_past_commit=[{"group": "g", "member": "consumer-2", "offset": 3, "committed": 1,
+                                 "skipped": 1}],
+         group_skipped=[{"value": 2, "offset": 1, "committed": 4},
+                        {"value": 3, "offset": 2, "committed": 4}])
+
+
+@case
+def resume_after_unknown_commit():
+    """A commit whose outcome is unknown may have taken effect: resuming at it is no anomaly."""
+    b = four_sends()
+    g = Groups(b)
+    g.assign("consumer-1", 0, -1)
+    group_poll(b, 1, [(0, 1)], 0)
+    g.commit("consumer-1", 1)
+    group_poll(b, 1, [(1, 2), (2, 3)], 1)
+    g.commit("consumer-1", 3, outcome="info")
+    g.assign("consumer-2", 3, 3)
+    group_poll(b, 2, [(3, 4)], 3)
+    g.commit("consumer-2", 4)
+    read_all(b)
+    return b, {"groups": g.events}
+
+
+def check_resume_after_unknown_commit(s):
+    assert s["valid"] is True
+    only(s)
+
+
+def member_skips():
+    """A member that moves past offset 1 by itself and commits 3."""
+    b = four_sends()
+    g = Groups(b)
+    g.assign("consumer-1", 0, -1)
+    group_poll(b, 1, [(0, 1)], 0)
+    group_poll(b, 1, [(2, 3)], 2)
+    g.commit("consumer-1", 3)
+    return b, g
+
+
+@case
+def group_skipped():
+    b, g = member_skips()
+    read_all(b)
+    return b, {"groups": g.events}
+
+
+def check_group_skipped(s):
+    assert s["valid"] is False and s["fatal"] == ["group-skipped"]
+    only(s, group_skipped=[{"topic": "t", "partition": 0, "group": "g", "value": 2, "offset": 1,
+                            "committed": 3}])
+
+
+@case
+def group_skipped_unjudged():
+    """Without complete final reads nothing says the record is still there to poll."""
+    b, g = member_skips()
+    return b, {"groups": g.events}
+
+
+def check_group_skipped_unjudged(s):
+    assert s["fatal"] == ["lost"]     # (reads got past offset 1: a loss, not a group's skip)
+    only(s, lost=[{"value": 2}], unseen=[{"value": 4}])
+
+
 # --------------------------------------------------------------------------- running them
 
 
@@ -713,10 +890,13 @@ def _write(tmp_path_factory, name):
     b, meta_extra = CASES[name]()
     meta_extra = dict(meta_extra)
     observations = meta_extra.pop("observations", None)
+    groups = meta_extra.pop("groups", None)
     d = tmp_path_factory.mktemp("crafted") / name
     write_run(d, b.events, run_json(run=name, **meta_extra))
     if observations is not None:
         (d / "observations.jsonl").write_text("".join(json.dumps(o) + "\n" for o in observations))
+    if groups is not None:
+        (d / "groups.jsonl").write_text("".join(json.dumps(e) + "\n" for e in groups))
     return d
 
 
