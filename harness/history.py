@@ -22,6 +22,10 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Hashable, Iterator
 
+# A consumer group's commits and rebalances go beside the history, in
+# groups.jsonl (docs/history-format.md): v1 readers know only send, poll and nemesis.
+from reports.groups import GROUPS_FILE
+
 FORMAT = 1
 NEMESIS_PROCESS = -1
 TYPES = ("invoke", "ok", "fail", "info")
@@ -31,10 +35,10 @@ FUNCTIONS = ("send", "poll", "nemesis")
 _HEAD = ("index", "time", "process", "op", "type", "f")
 _OPTIONAL = ("topic", "partition", "value", "offset", "records", "high_watermark",
              "final", "error", "node", "fault", "phase", "targets", "detail",
-             "log_start_offset")  # (docs/history-format.md, "Extensions")
+             "log_start_offset", "group")  # (docs/history-format.md, "Extensions")
 _ALLOWED = frozenset(_HEAD + _OPTIONAL)
 # Carried from an invocation onto its completion when the completion omits them.
-_INHERITED = ("topic", "partition", "value", "final", "node")
+_INHERITED = ("topic", "partition", "value", "final", "node", "group")
 
 
 class HistoryError(RuntimeError):
@@ -73,6 +77,8 @@ class HistoryRecorder:
         self._busy: dict[Hashable, int] = {}  # actor -> its outstanding op
         self._listeners: list[Callable[[dict[str, Any]], None]] = []
         self._closed = False
+        self._groups_fd: int | None = None
+        self._group_seq = 0
         self._stop = threading.Event()
         self._flusher = threading.Thread(target=self._flush_loop, args=(flush_interval,),
                                          name="history-flush", daemon=True)
@@ -159,6 +165,25 @@ class HistoryRecorder:
         with self._lock:
             return [dict(inv) for _, inv in self._outstanding.values()]
 
+    # -- consumer groups ----------------------------------------------------
+    def group_event(self, **fields: Any) -> dict[str, Any]:
+        """A line of groups.jsonl: `time` on the history's clock, `index` the
+        history index of the next event (it happened after every history
+        event below it), `seq` its place among group events. Written at once:
+        there are few, and a crash must not reorder them against the history."""
+        with self._lock:
+            if self._closed:
+                raise HistoryError("the history is closed")
+            if self._groups_fd is None:
+                self._groups_fd = os.open(self.path.parent / GROUPS_FILE,
+                                          os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+            t = max(self._last_time, self.now())
+            self._last_time = t
+            event = {"time": t, "index": self._index, "seq": self._group_seq, **fields}
+            self._group_seq += 1
+            os.write(self._groups_fd, (json.dumps(event, separators=(",", ":")) + "\n").encode())
+            return event
+
     # -- nemesis ------------------------------------------------------------
     def nemesis(self, fault: str, phase: str, targets: list[str] | tuple[str, ...] = (),
                 detail: Any = None) -> dict[str, Any]:
@@ -213,6 +238,8 @@ class HistoryRecorder:
             self._closed = True
             os.fsync(self._fd)
             os.close(self._fd)
+            if self._groups_fd is not None:
+                os.close(self._groups_fd)
 
     def _outstanding_ops(self) -> list[int]:
         with self._lock:

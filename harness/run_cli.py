@@ -31,6 +31,7 @@ from harness.run import (EXIT_HARNESS, EXIT_REFUSED, EXIT_VALID, RunSpec, execut
                          log_line)
 from harness.workload import WorkloadSpec
 from harness.workload.clients import CLIENTS, ProducerSettings
+from harness.workload.group import COMMIT_MODES, SUB_VIA
 
 
 class Refused(ValueError):
@@ -143,6 +144,12 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--mix", default="",
                    help="producers' settings in turn: all, 1, 0 (acks) or idempotent "
                         "(acks=all, idempotence, 5 in flight), e.g. idempotent,1,all")
+    g.add_argument("--sub-via", choices=SUB_VIA, default="assign",
+                   help="consumers: assign partitions themselves, or subscribe as one consumer "
+                        "group of the run (commits and rebalances go to groups.jsonl)")
+    g.add_argument("--commit", choices=COMMIT_MODES, default="manual",
+                   help="with --sub-via subscribe: commit after each poll (manual), the client's "
+                        "auto-commit (auto), or never (none)")
     g.add_argument("--crash-clients", type=float, default=0.0, metavar="SECONDS",
                    help="kill a client process about this often and start a new one (0: never)")
     g = p.add_argument_group("faults")
@@ -349,10 +356,16 @@ def spec_from_args(a: argparse.Namespace) -> RunSpec:
                                  lag_s=recipes.lag_s_of(broker_config))
     except FaultError as e:
         raise Refused(str(e)) from None
-    workload = WorkloadSpec(topics_of(a.topics, a.partitions), client=a.client,
-                            producers=a.producers, slots=a.slots, consumers=a.consumers,
-                            rate=a.rate, producer=producer, mix=mix_of(a.mix, producer),
-                            fetchers=a.fetchers, crash_every_s=a.crash_clients)
+    if a.commit != "manual" and a.sub_via != "subscribe":
+        raise Refused(f"--commit {a.commit}: only consumers of a group commit (--sub-via subscribe)")
+    try:
+        workload = WorkloadSpec(topics_of(a.topics, a.partitions), client=a.client,
+                                producers=a.producers, slots=a.slots, consumers=a.consumers,
+                                rate=a.rate, producer=producer, mix=mix_of(a.mix, producer),
+                                fetchers=a.fetchers, crash_every_s=a.crash_clients,
+                                sub_via=a.sub_via, commit=a.commit)
+    except ValueError as e:
+        raise Refused(str(e)) from None
     return RunSpec(cluster=cluster, backend=backend, replication_factor=a.replication_factor,
                    workload=workload, schedule=schedule, quiet_s=a.quiet,
                    final_timeout_s=a.final_timeout, mechanism=a.mechanism,

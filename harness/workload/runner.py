@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator, Protocol
 
 from cluster.deadline import Deadline
 from harness.workload.clients import CLIENTS, ProducerSettings
+from harness.workload.group import COMMIT_MODES, GROUP_CLIENTS, SUB_VIA
 
 WORKER_MODULE = "harness.workload.worker"
 
@@ -39,10 +40,19 @@ class WorkloadSpec:
     mix: tuple[ProducerSettings, ...] = ()
     fetchers: int = 0                          # consumers that fetch through the protocol itself
     crash_every_s: float = 0.0                 # kill a client worker this often, start a new one
+    sub_via: str = "assign"                    # consumers: assign partitions, or subscribe in a group
+    commit: str = "manual"                     # group members: auto, manual or none
 
     def __post_init__(self) -> None:
         if self.client not in CLIENTS:
             raise ValueError(f"unknown client {self.client!r}: {', '.join(CLIENTS)}")
+        if self.sub_via not in SUB_VIA:
+            raise ValueError(f"sub_via is {' or '.join(SUB_VIA)}, not {self.sub_via!r}")
+        if self.commit not in COMMIT_MODES:
+            raise ValueError(f"commit is {', '.join(COMMIT_MODES)}, not {self.commit!r}")
+        if self.sub_via == "subscribe" and self.client not in GROUP_CLIENTS:
+            raise ValueError(f"--sub-via subscribe needs --client {' or '.join(GROUP_CLIENTS)}, "
+                             f"not {self.client}")
         if not self.topics or any(n < 1 for n in self.topics.values()):
             raise ValueError("a workload needs at least one topic with at least one partition")
 
@@ -109,6 +119,7 @@ class _Stream:
         self.log = log
         self.on_status = on_status
         self.open: dict[tuple[int, int], int] = {}   # (slot, seq) -> op
+        self.open_commits: dict[int, dict[str, Any]] = {}  # commit ref -> its invoke
         # (kind, role, client, argv, settings): how to start it again (crash-clients)
         self.respawn: tuple[Any, ...] = ()
         self.thread = threading.Thread(target=self._run, name=f"read-{handle.name}", daemon=True)
@@ -126,6 +137,10 @@ class _Stream:
         for (slot, seq), op in sorted(self.open.items()):
             self.recorder.complete(op, "info", error="worker-exited")
         self.open.clear()
+        for ref, inv in sorted(self.open_commits.items()):
+            self.recorder.group_event(member=self.client, kind="commit", type="info",
+                                      commit=ref, group=inv.get("group"), error="worker-exited")
+        self.open_commits.clear()
 
     def _line(self, line: str) -> None:
         line = line.strip()
@@ -151,11 +166,25 @@ class _Stream:
                 self.log(f"{self.handle.name}: completion of unknown op {key}")
                 return
             self.recorder.complete(op, t, **ev)
+        elif t == "group":
+            self._group(ev)
         elif t == "status":
             if self.on_status:
                 self.on_status(ev)
         elif t == "log":
             self.log(f"{self.handle.name}: {ev.get('msg')}")
+
+
+    def _group(self, ev: dict[str, Any]) -> None:
+        """A group member's assign, revoke or commit: a line of groups.jsonl.
+        A commit still open when the worker dies ends as info (unknown)."""
+        if ev.get("kind") == "commit":
+            ev["type"] = ev.pop("outcome", None)  # (a worker line's own `type` is "group")
+            if ev["type"] == "invoke":
+                self.open_commits[ev.get("commit")] = ev
+            else:
+                self.open_commits.pop(ev.get("commit"), None)
+        self.recorder.group_event(member=self.client, **ev)
 
 
 @dataclass
@@ -183,6 +212,13 @@ class Workload:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._crasher: threading.Thread | None = None
+
+    @property
+    def group(self) -> str:
+        """The run's consumer group: named after the run directory, so that
+        runs against one cluster never share offsets."""
+        run_dir = getattr(self.recorder, "run_dir", None)
+        return f"chaoslog-{Path(run_dir).name}" if run_dir is not None else "chaoslog-group"
 
     @property
     def bootstrap(self) -> str:
@@ -229,11 +265,16 @@ class Workload:
         for kind, client, n in (("consumer", self.spec.client, self.spec.consumers),
                                 ("fetcher", "raw", self.spec.fetchers)):
             for i in range(n):
-                mine = parts[i::n]
+                # Group members subscribe to every topic; the coordinator splits the partitions.
+                group = self.group if kind == "consumer" and self.spec.sub_via == "subscribe" else ""
+                mine = parts if group else parts[i::n]
                 if mine:
+                    extra = ["--group", group, "--commit", self.spec.commit] if group else []
+                    settings = {"role": kind, "client": client,
+                                **({"group": group, "commit": self.spec.commit} if group else {})}
                     self._spawn(kind, "consumer", client, [
                         *common, "--partitions", ",".join(mine),
-                        "--rate", str(self.spec.poll_rate)], {"role": kind, "client": client})
+                        "--rate", str(self.spec.poll_rate), *extra], settings)
         if self.spec.crash_every_s > 0:
             self._crasher = threading.Thread(target=self._crash_loop, name="crash-clients",
                                              daemon=True)

@@ -3,7 +3,9 @@
 Roles:
   producer  K logical processes ("slots") each with at most one send in
             flight, sharing one client; values are worker_id * 10^9 + n.
-  consumer  one logical process per assigned partition, polling in turn.
+  consumer  one logical process per assigned partition, polling in turn;
+            with --group, a member of that consumer group instead
+            (harness/workload/group.py): subscribed to --partitions' topics.
   final     reads each assigned partition from its first offset until it
             has returned every offset below the high watermark (and, when
             --min-end says how far acknowledged writes went, until it reached
@@ -13,6 +15,7 @@ Output, one JSON object per line on stdout (the harness owns numbering):
   {"type": "invoke", "slot": 2, "seq": 17, "f": "send", "topic": "t", "partition": 0, "value": ...}
   {"type": "ok" | "fail" | "info", "slot": 2, "seq": 17, ...fields}
   {"type": "status", ...}   final reads: per partition, complete or not
+  {"type": "group", "kind": "assign" | "revoke" | "commit", ...}  group members: groups.jsonl
   {"type": "log", "msg": "..."}
 The worker stops at --duration, on SIGTERM/SIGINT, or when stdin closes
 (with --stdin-stop); it then waits up to --drain-s for ops in flight and
@@ -30,6 +33,7 @@ from typing import Any
 
 from cluster.deadline import Deadline, wait_until
 from harness.workload.clients import ProducerSettings, make_consumer, make_producer
+from harness.workload.group import COMMIT_MODES
 
 VALUE_STRIDE = 10**9
 
@@ -188,7 +192,33 @@ def _reposition(c: Any, out: Out) -> None:
     c.seek(new)
 
 
+def run_member(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
+    """A member of consumer group --group: subscribe, poll, commit (--commit)."""
+    from harness.workload.group import ConfluentGroupConsumer
+    if a.client != "confluent":
+        raise SystemExit(f"--group needs the confluent client, not {a.client}")
+    topics = sorted({t for t, _ in parse_partitions(a.partitions)})
+    member = ConfluentGroupConsumer(a.bootstrap, a.group, topics, a.commit,
+                                    f"chaoslog-w{a.worker_id}", lambda t, **f: out.emit(type=t, **f))
+    limiter = RateLimiter(a.rate)
+    while not stop.stopped():
+        while not limiter.ready():
+            time.sleep(min(0.05, limiter.wait_s()))
+        try:
+            member.poll(a.max_records, a.poll_timeout)
+        except Exception as e:  # noqa: BLE001 - a poll that failed as a whole reported nothing
+            out.log(f"group poll: {e!r}")
+            time.sleep(0.2)
+    try:
+        member.close()  # (leaves the group: the others get its partitions at once)
+    except Exception as e:  # noqa: BLE001
+        out.log(f"closing the group consumer: {e!r}")
+    return 0
+
+
 def run_consumer(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
+    if a.group:
+        return run_member(a, out, stop)
     parts = parse_partitions(a.partitions)
     consumers = [make_consumer(a.client, a.bootstrap, t, p, f"chaoslog-w{a.worker_id}-{i}")
                  for i, (t, p) in enumerate(parts)]
@@ -304,6 +334,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--poll-timeout", type=float, default=0.2)
     p.add_argument("--max-records", type=int, default=500)
     p.add_argument("--from-beginning", action="store_true")
+    p.add_argument("--group", default="", help="join this consumer group (subscribe) instead of assigning")
+    p.add_argument("--commit", default="manual", choices=COMMIT_MODES,
+                   help="with --group: how the member commits")
     # final reads
     p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument("--settle-s", type=float, default=10.0)

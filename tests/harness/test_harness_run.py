@@ -68,6 +68,8 @@ def test_print_schedule_json(capsys):
      "needs followers: a replication factor of 2"),
     (["--topics", "a,a"], "named twice"),
     (["--interval", "5,1"], "MIN <= MAX"),
+    (["--commit", "auto"], "only consumers of a group commit"),
+    (["--sub-via", "subscribe", "--client", "kafka-python"], "needs --client confluent"),
 ])
 def test_impossible_settings_are_refused_in_one_line(capsys, argv, message):
     assert cli("run", "--backend", "local", *argv) == EXIT_REFUSED
@@ -176,6 +178,34 @@ def test_a_short_run_end_to_end(tmp_path, capsys):
     events = [json.loads(l) for l in (out / "history.jsonl").read_text().splitlines()]
     faults = [e["fault"] for e in events if e["f"] == "nemesis" and e["phase"] == "start"]
     assert "final-heal" in faults and len(faults) >= 2
+
+
+@pytest.mark.slow
+def test_a_consumer_group_run_end_to_end(tmp_path, capsys):
+    """Consumers of one group subscribe, poll and commit through a broker kill
+    and client crashes: groups.jsonl holds their rebalances and commits, and
+    the checker finds none of the group anomalies."""
+    from reports import reference
+    from reports.groups import read_groups
+    from reports.summary import GROUP_TYPES, build_summary
+    local_or_skip()
+    out = tmp_path / "run"
+    # (crashes every ~9 s: the first one, at 8.7 s, kills consumer-2; the group
+    # forms in about 6 s, its first rebalance waiting group.initial.rebalance.delay.ms twice)
+    code = cli("run", "--backend", "local", "--duration", "26", "--faults", "kill",
+               "--interval", "14,15", "--fault-duration", "3,4", "--seed", "5", "--quiet", "2",
+               "--rate", "30", "--producers", "1", "--consumers", "2", "--sub-via", "subscribe",
+               "--commit", "manual", "--crash-clients", "9", "--out", str(out), "--no-analysis")
+    assert code == EXIT_VALID
+    groups = read_groups(out)
+    assigns = [g for g in groups if g["kind"] == "assign"]
+    assert len(assigns) > 2, assigns   # the first assignment of two members, and rebalances
+    assert any(g["kind"] == "commit" and g["type"] == "ok" for g in groups)
+    events = [json.loads(l) for l in (out / "history.jsonl").read_text().splitlines()]
+    assert any(e["f"] == "poll" and e.get("group") and e["type"] == "ok" for e in events)
+    s = build_summary(reference.check(out))
+    assert {k: s["anomalies"][k] for k in GROUP_TYPES} == {k: [] for k in GROUP_TYPES}
+    assert {s["oracles"][k] for k in GROUP_TYPES} == {"checked"}
 
 
 @pytest.mark.slow

@@ -137,3 +137,45 @@ def test_status_lines_reach_the_callback(tmp_path):
     s.thread.join(5)
     rec.close()
     assert got == [{"topic": "t", "partition": 0, "complete": True}]
+
+
+def test_group_lines_go_to_groups_jsonl_and_an_open_commit_ends_as_info(tmp_path):
+    """A member's polls stay history polls (with their group); its assign and
+    commits go to groups.jsonl; a commit open when the worker dies is unknown."""
+    from reports.groups import read_groups
+    rec = HistoryRecorder(tmp_path / "history.jsonl")
+    offsets = [{"topic": "t", "partition": 0, "offset": 1}]
+    s = _Stream(3, "consumer-3", FakeHandle(lines(
+        {"type": "group", "kind": "assign", "group": "g", "partitions": [
+            {"topic": "t", "partition": 0, "position": 0, "committed": -1}]},
+        {"type": "invoke", "slot": 1, "seq": 1, "f": "poll", "topic": "t", "partition": 0,
+         "offset": 0, "group": "g"},
+        {"type": "ok", "slot": 1, "seq": 1, "records": [[0, 5]], "high_watermark": 1},
+        {"type": "group", "kind": "commit", "outcome": "invoke", "commit": 1, "group": "g",
+         "offsets": offsets},
+        {"type": "group", "kind": "commit", "outcome": "ok", "commit": 1, "group": "g",
+         "offsets": offsets},
+        {"type": "group", "kind": "commit", "outcome": "invoke", "commit": 2, "group": "g",
+         "offsets": offsets},
+    )), rec, lambda m: None)
+    s.thread.join(5)
+    rec.close()
+    ev = list(read_history(tmp_path / "history.jsonl"))
+    assert [e["group"] for e in ev] == ["g", "g"]        # the completion inherits the group
+    groups = read_groups(tmp_path)
+    assert [(g["kind"], g.get("type")) for g in groups] == [
+        ("assign", None), ("commit", "invoke"), ("commit", "ok"), ("commit", "invoke"),
+        ("commit", "info")]
+    assert groups[-1]["error"] == "worker-exited" and groups[-1]["commit"] == 2
+    assert all(g["member"] == "consumer-3" for g in groups)
+    assert groups[0]["index"] == 0 and groups[1]["index"] == 2   # placed among history events
+    assert [g["seq"] for g in groups] == list(range(5))
+
+
+def test_group_settings_are_checked():
+    spec = WorkloadSpec({"t": 1}, sub_via="subscribe", commit="auto")
+    assert WorkloadSpec.from_json(spec.to_json()) == spec
+    for bad, why in (({"sub_via": "both"}, "sub_via"), ({"commit": "sometimes"}, "commit"),
+                     ({"sub_via": "subscribe", "client": "kafka-python"}, "needs --client")):
+        with pytest.raises(ValueError, match=why):
+            WorkloadSpec({"t": 1}, **bad)
