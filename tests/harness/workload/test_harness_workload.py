@@ -179,3 +179,131 @@ def test_group_settings_are_checked():
                      ({"sub_via": "subscribe", "client": "kafka-python"}, "needs --client")):
         with pytest.raises(ValueError, match=why):
             WorkloadSpec({"t": 1}, **bad)
+
+
+# -- group members (harness/workload/group.py) without a broker -----------------------------
+
+class FakeMessage:
+    def __init__(self, topic, partition, offset, value):
+        self._m = (topic, partition, offset, str(value).encode())
+
+    def error(self):
+        return None
+
+    def topic(self):
+        return self._m[0]
+
+    def partition(self):
+        return self._m[1]
+
+    def offset(self):
+        return self._m[2]
+
+    def value(self):
+        return self._m[3]
+
+
+class FakeConsumer:
+    """confluent_kafka.Consumer as a group member sees it: consume() first
+    runs the rebalance callback of a pending assignment, then returns `batches`."""
+
+    def __init__(self, conf):
+        self.conf, self.batches, self.committed_at, self.stored, self.commits = conf, [], {}, [], []
+        self.commit_error = None
+
+    def subscribe(self, topics, on_assign, on_revoke, on_lost):
+        self.on_assign, self.on_revoke = on_assign, on_revoke
+
+    def committed(self, parts, timeout):
+        from confluent_kafka import TopicPartition
+        return [TopicPartition(tp.topic, tp.partition, self.committed_at.get(tp.partition, -1001))
+                for tp in parts]
+
+    def get_watermark_offsets(self, tp, timeout=None, cached=False):
+        return 0, 10
+
+    def assign(self, parts):
+        self.assigned = [(tp.topic, tp.partition, tp.offset) for tp in parts]
+
+    def unassign(self):
+        self.assigned = []
+
+    def consume(self, num_messages, timeout):
+        step = self.batches.pop(0)
+        return step(self) if callable(step) else step
+
+    def commit(self, offsets, asynchronous):
+        from confluent_kafka import KafkaException
+        self.commits.append([(tp.partition, tp.offset) for tp in offsets])
+        if self.commit_error:
+            raise KafkaException(self.commit_error)
+        return offsets
+
+    def store_offsets(self, offsets):
+        self.stored.append([(tp.partition, tp.offset) for tp in offsets])
+
+
+def member(monkeypatch, commit):
+    import confluent_kafka
+    from harness.workload.group import ConfluentGroupConsumer
+    monkeypatch.setattr(confluent_kafka, "Consumer", FakeConsumer)
+    lines = []
+    m = ConfluentGroupConsumer("b:1", "g", ["t"], commit, "c", lambda t, **f: lines.append((t, f)))
+    return m, m.c, lines
+
+
+def rebalance(callback, *parts):
+    """A consume() that only runs a rebalance callback ("on_assign" or "on_revoke")."""
+    from confluent_kafka import TopicPartition
+
+    def step(c):
+        getattr(c, callback)(c, [TopicPartition("t", p) for p in parts])
+        return []
+    return step
+
+
+def test_a_member_starts_at_the_commit_polls_per_partition_and_commits(monkeypatch):
+    from confluent_kafka import KafkaError
+    m, c, lines = member(monkeypatch, "manual")
+    c.committed_at = {0: 3}                   # partition 0 committed 3, partition 1 nothing
+    c.batches = [rebalance("on_assign", 0, 1), [FakeMessage("t", 0, 3, 30), FakeMessage("t", 1, 0, 40),
+                                FakeMessage("t", 0, 4, 31)], [FakeMessage("t", 0, 5, 32)]]
+    m.poll(10, 0.1)
+    assert c.assigned == [("t", 0, 3), ("t", 1, 0)]       # the position is set, not left to the library
+    assert lines[0] == ("group", {"kind": "assign", "group": "g", "partitions": [
+        {"topic": "t", "partition": 0, "position": 3, "committed": 3},
+        {"topic": "t", "partition": 1, "position": 0, "committed": -1}]})
+    m.poll(10, 0.1)
+    polls = [(t, f) for t, f in lines if t in ("invoke", "ok")]
+    assert polls[0] == ("invoke", {"slot": 1, "seq": 1, "f": "poll", "topic": "t", "partition": 0,
+                                   "offset": 3, "group": "g"})
+    assert polls[1][1]["records"] == [[3, 30], [4, 31]] and polls[1][1]["high_watermark"] == 10
+    assert polls[2][1]["partition"] == 1 and polls[2][1]["offset"] == 0
+    assert c.commits == [[(0, 5), (1, 1)]]
+    commits = [f for t, f in lines if t == "group" and f["kind"] == "commit"]
+    assert [x["outcome"] for x in commits] == ["invoke", "ok"]
+    assert commits[1]["offsets"] == [{"topic": "t", "partition": 0, "offset": 5},
+                                     {"topic": "t", "partition": 1, "offset": 1}]
+    c.commit_error = KafkaError(KafkaError.ILLEGAL_GENERATION)
+    m.poll(10, 0.1)
+    assert [f["offset"] for t, f in lines if t == "invoke"][-1] == 5   # where the last poll left it
+    assert [f.get("outcome") for t, f in lines if t == "group"][-1] == "fail"
+    c.batches = [rebalance("on_revoke", 0)]
+    m.poll(10, 0.1)
+    assert lines[-1] == ("group", {"kind": "revoke", "group": "g", "lost": False,
+                                   "partitions": [{"topic": "t", "partition": 0}]})
+    assert list(m.position) == [("t", 1)]
+
+
+def test_auto_commits_cover_only_reported_records(monkeypatch):
+    from confluent_kafka import TopicPartition
+    m, c, lines = member(monkeypatch, "auto")
+    assert c.conf["enable.auto.commit"] is True and c.conf["enable.auto.offset.store"] is False
+    c.batches = [rebalance("on_assign", 0), [FakeMessage("t", 0, 0, 1), FakeMessage("t", 0, 1, 2)]]
+    m.poll(10, 0.1)
+    m.poll(10, 0.1)
+    assert c.stored == [[(0, 2)]] and c.commits == []      # stored after the poll was written
+    c.conf["on_commit"](None, [TopicPartition("t", 0, 2)])
+    c.conf["on_commit"](None, [TopicPartition("t", 0, -1001)])   # nothing to commit: no line
+    commits = [f for t, f in lines if t == "group" and f["kind"] == "commit"]
+    assert [(x["outcome"], x["auto"]) for x in commits] == [("invoke", True), ("ok", True)]
