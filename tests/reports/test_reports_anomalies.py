@@ -7,6 +7,9 @@ Spark checker once for all cases (one batch, one set of Spark jobs).
 from __future__ import annotations
 
 import json
+import random
+import tempfile
+from pathlib import Path
 
 import pytest
 from reports_histgen import HistoryBuilder, run_json, write_run
@@ -883,15 +886,77 @@ def check_group_skipped_unjudged(s):
     only(s, lost=[{"value": 2}], unseen=[{"value": 4}])
 
 
+def random_group_run(seed):
+    """A group's life at random over two partitions: members take partitions
+    over at (about) the last commit, poll with occasional jumps, commit
+    with all outcomes and now and then below what they had. The checkers
+    must agree on whatever it shows."""
+    rng = random.Random(seed)
+    b = HistoryBuilder()
+    g = Groups(b)
+    log = {0: [], 1: []}                                   # partition -> values by offset
+    owner, process, position, committed = {}, {}, {}, {0: 0, 1: 0}
+    value, proc = 0, 10
+    for _ in range(60):
+        p = rng.randrange(2)
+        roll = rng.random()
+        if roll < 0.35:
+            value += 1
+            b.send(0, value, offset=len(log[p]), partition=p)
+            log[p].append(value)
+        elif roll < 0.45 or p not in owner:
+            proc += 1
+            owner[p], process[p] = f"consumer-{proc}", proc
+            position[p] = max(0, committed[p] + rng.choice((0, 0, 0, -1, 1, 2)))
+            g.add(member=owner[p], kind="assign", partitions=[
+                {"topic": "t", "partition": p, "position": position[p],
+                 "committed": committed[p] - rng.choice((0, 0, 0, 1))}])
+        elif roll < 0.8:
+            start = position[p] + (1 if rng.random() < 0.1 else 0)
+            records = [(o, log[p][o]) for o in range(start, min(len(log[p]), start + 3))]
+            op = b.invoke_poll(process[p], position[p], partition=p, group="g")
+            b.complete_poll(op, process[p], records, hw=len(log[p]), partition=p, group="g")
+            if records:
+                position[p] = records[-1][0] + 1
+        else:
+            outcome = rng.choice(("ok", "ok", "ok", "fail", "info"))
+            offset = max(0, position[p] - (1 if rng.random() < 0.1 else 0))
+            g.commit(owner[p], offset, outcome=outcome, partition=p)
+            if outcome == "ok":
+                committed[p] = offset
+    for p in (0, 1):
+        final_read(b, 99, list(enumerate(log[p])), len(log[p]), partition=p)
+    return b, {"groups": g.events}
+
+
+def agrees_with_reference(name):
+    def check(s):
+        b, meta = CASES[name]()
+        want = build_summary(reference.check(_write_case(name, b, meta)))
+        for kind in GROUP_TYPES:
+            assert s["anomaly_counts"][kind] == want["anomaly_counts"][kind], kind
+            assert s["anomalies"][kind] == want["anomalies"][kind], kind
+    return check
+
+
+for _seed in range(4):
+    CASES[f"random_groups_{_seed}"] = lambda seed=_seed: random_group_run(seed)
+    globals()[f"check_random_groups_{_seed}"] = agrees_with_reference(f"random_groups_{_seed}")
+
+
 # --------------------------------------------------------------------------- running them
 
 
 def _write(tmp_path_factory, name):
     b, meta_extra = CASES[name]()
+    return _write_case(name, b, meta_extra, tmp_path_factory.mktemp("crafted") / name)
+
+
+def _write_case(name, b, meta_extra, d=None):
     meta_extra = dict(meta_extra)
     observations = meta_extra.pop("observations", None)
     groups = meta_extra.pop("groups", None)
-    d = tmp_path_factory.mktemp("crafted") / name
+    d = d or Path(tempfile.mkdtemp(prefix="crafted-")) / name
     write_run(d, b.events, run_json(run=name, **meta_extra))
     if observations is not None:
         (d / "observations.jsonl").write_text("".join(json.dumps(o) + "\n" for o in observations))
