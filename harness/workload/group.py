@@ -87,7 +87,10 @@ class ConfluentGroupConsumer:
         for tp in parts:
             key = (tp.topic, tp.partition)
             got = committed.get(key)
-            position = got if got is not None and got >= 0 else self._log_start(tp)
+            if got is None:
+                position = None           # (the library fetches the commit itself)
+            else:
+                position = got if got >= 0 else self._log_start(tp)
             if position is not None:
                 tp.offset = position
             self.position[key] = position

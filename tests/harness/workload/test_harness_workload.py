@@ -215,7 +215,9 @@ class FakeConsumer:
         self.on_assign, self.on_revoke = on_assign, on_revoke
 
     def committed(self, parts, timeout):
-        from confluent_kafka import TopicPartition
+        from confluent_kafka import KafkaError, KafkaException, TopicPartition
+        if self.committed_at is None:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
         return [TopicPartition(tp.topic, tp.partition, self.committed_at.get(tp.partition, -1001))
                 for tp in parts]
 
@@ -293,6 +295,12 @@ def test_a_member_starts_at_the_commit_polls_per_partition_and_commits(monkeypat
     assert lines[-1] == ("group", {"kind": "revoke", "group": "g", "lost": False,
                                    "partitions": [{"topic": "t", "partition": 0}]})
     assert list(m.position) == [("t", 1)]
+    c.committed_at = None                      # the OffsetFetch fails: the library chooses
+    c.batches = [rebalance("on_assign", 0)]
+    m.poll(10, 0.1)
+    assert lines[-1][1]["partitions"][0] == {"topic": "t", "partition": 0, "position": None,
+                                             "committed": None}
+    assert c.assigned == [("t", 0, -1001)] and m.slot == 2   # (-1001: librdkafka's "invalid")
 
 
 def test_auto_commits_cover_only_reported_records(monkeypatch):
