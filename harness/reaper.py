@@ -61,7 +61,7 @@ def _kept(cluster: str | None) -> bool:
         return False
 
 
-def _orphaned(lbls: dict[str, str]) -> bool:
+def orphaned(lbls: dict[str, str]) -> bool:
     if lbls.get(PERSISTENT_LABEL) == "true" or _kept(lbls.get(CLUSTER_LABEL)):
         return False
     return not owner_alive(lbls.get(OWNER_LABEL, ""))
@@ -74,7 +74,7 @@ def reap_docker(client=None) -> list[str]:
         client = docker_client()
     removed = []
     for c in client.containers.list(all=True, filters={"label": PREFIX}):
-        if _orphaned(c.labels):
+        if orphaned(c.labels):
             try:
                 c.remove(force=True, v=True)
                 removed.append(f"container {c.name}")
@@ -84,7 +84,7 @@ def reap_docker(client=None) -> list[str]:
             if base and Path(base).name.startswith("chaoslog-"):
                 shutil.rmtree(base, ignore_errors=True)
     for n in client.networks.list(filters={"label": PREFIX}):
-        if _orphaned(n.attrs.get("Labels") or {}):
+        if orphaned(n.attrs.get("Labels") or {}):
             try:
                 n.remove()
                 removed.append(f"network {n.name}")
