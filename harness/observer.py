@@ -101,21 +101,16 @@ def zookeeper_state(zk: Any) -> dict[str, Any]:
             "live_brokers": live, "reassigning": reassigning, "partitions": partitions}
 
 
-class MetadataSampler:
-    """A `metadata` observation every `period_s` while running. Samples that
-    fail (ZooKeeper paused, cut off, a session moving) are skipped: a gap in
-    the samples is a gap in the evidence, never a made-up state."""
+class PeriodicSampler:
+    """A thread that calls `sample()` every `period_s` from start() to stop()."""
 
-    def __init__(self, zk: Any, observations: Observations, period_s: float = 1.0):
-        self.zk = zk
-        self.observations = observations
+    def __init__(self, name: str, period_s: float):
         self.period_s = period_s
         self.samples = 0
-        self.failures = 0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="metadata-sampler", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
 
-    def start(self) -> "MetadataSampler":
+    def start(self):
         self._thread.start()
         return self
 
@@ -123,6 +118,26 @@ class MetadataSampler:
         while not self._stop.is_set():
             self.sample()
             self._stop.wait(self.period_s)
+
+    def sample(self) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(10)
+
+
+class MetadataSampler(PeriodicSampler):
+    """A `metadata` observation every `period_s` while running. Samples that
+    fail (ZooKeeper paused, cut off, a session moving) are skipped: a gap in
+    the samples is a gap in the evidence, never a made-up state."""
+
+    def __init__(self, zk: Any, observations: Observations, period_s: float = 1.0):
+        super().__init__("metadata-sampler", period_s)
+        self.zk = zk
+        self.observations = observations
+        self.failures = 0
 
     def sample(self) -> dict[str, Any] | None:
         t = self.observations.clock()
@@ -133,11 +148,6 @@ class MetadataSampler:
             return None
         self.samples += 1
         return self.observations.write("metadata", time=t, **state)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(10)
 
 
 # -- the end of a run ---------------------------------------------------------------------------

@@ -17,11 +17,10 @@ from __future__ import annotations
 import os
 import re
 import socket
-import threading
 from pathlib import Path
 from typing import Any
 
-from harness.observer import Observations
+from harness.observer import Observations, PeriodicSampler
 
 PERIOD_S = 10.0
 ZK_TIMEOUT_S = 2.0
@@ -73,27 +72,15 @@ def _servers(connect: str) -> list[tuple[str, int]]:
     return out
 
 
-class ResourceSampler:
+class ResourceSampler(PeriodicSampler):
     """A `resources` observation every `period_s` while running:
     `nodes` {name: {rss_kb, fds, threads}} and `zk_watches` (the sum over the
     servers that answered; null when none did)."""
 
     def __init__(self, cluster: Any, observations: Observations, period_s: float = PERIOD_S):
+        super().__init__("resource-sampler", period_s)
         self.cluster = cluster
         self.observations = observations
-        self.period_s = period_s
-        self.samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="resource-sampler", daemon=True)
-
-    def start(self) -> "ResourceSampler":
-        self._thread.start()
-        return self
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self.sample()
-            self._stop.wait(self.period_s)
 
     def sample(self) -> dict[str, Any] | None:
         t = self.observations.clock()
@@ -112,8 +99,3 @@ class ResourceSampler:
         self.samples += 1
         return self.observations.write("resources", time=t, nodes=nodes,
                                        zk_watches=sum(known) if known else None)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(10)
