@@ -6,8 +6,8 @@ that errors is recorded with its reason and the campaign goes on. Between
 runs it checks that the run left no container behind (and removes any).
 A failing run is shrunk (`chaoslog shrink`) within the campaign's
 shrink_budget, its reproducer written next to it, unless a reproducer the
-campaign already has explains it (the same anomaly types, and every fault
-kind of the run in the reproducer). Killed at any moment, the same command resumes:
+campaign already has explains it (the same anomaly types, from the same
+fault kinds). Killed at any moment, the same command resumes:
 OUT/campaign.json says what ran; a shrink the kill interrupted starts over.
 
 Exit codes: 0 every run valid, 1 some run found an anomaly, 2 refused
@@ -167,8 +167,8 @@ class CampaignRunner:
         kinds = {step.fault for step in spec.schedule.steps}
         done_by = self._explained_by(state, fatal_types, kinds)
         if done_by is not None:
-            record["shrunk"] = {"skipped": f"run {done_by}'s reproducer, with every fault kind "
-                                           f"of this run, reproduced the same anomalies"}
+            record["shrunk"] = {"skipped": f"run {done_by}'s reproducer, of the fault kinds of "
+                                           f"this run, reproduced the same anomalies"}
         elif fatal_types and self.campaign.shrink and remaining > 0:
             record["shrunk"] = {"status": "started"}
             state.save()
@@ -200,16 +200,16 @@ class CampaignRunner:
     @staticmethod
     def _explained_by(state: CampaignState, fatal: set[str], kinds: set[str]) -> int | None:
         """The earlier run whose failure of the same anomaly types was shrunk
-        to a reproducer that reproduced it, and whose reproducer has every
-        fault kind this run had: shrinking this one would likely find that
-        reproducer again and spend the budget on what the morning already
-        has. A failure with a fault kind no such reproducer has may have
-        another cause (a partition where the reproducer only kills) and is
-        shrunk."""
+        to a reproducer that reproduced it, made of exactly the fault kinds
+        this run had: shrinking this one would likely find that reproducer
+        again and spend the budget on what the morning already has. Any other
+        failure may have another cause and is shrunk: one with a partition
+        besides kills is not explained by a kills-only reproducer, nor a
+        kills-only one by a reproducer that needs a partition."""
         for r in state.runs:
             shrunk = r.get("shrunk") or {}
             if (fatal and set(r.get("fatal") or []) == fatal and shrunk.get("reproduced")
-                    and "fault_kinds" in shrunk and kinds <= set(shrunk["fault_kinds"])):
+                    and set(shrunk.get("fault_kinds", ["?"])) == kinds):
                 return r["index"]
         return None
 
