@@ -60,11 +60,13 @@ def history(chaos_run: Run) -> HistoryRecorder:
 def workload(chaos_run: Run):
     """Factory: workload(topics={"t": 3}, replication_factor=3, client="confluent",
     acks="all", idempotent=False, retries=0, rate=100, producers=2, slots=4,
-    consumers=1, fetchers=0, mix=(), crash_every_s=0, assignment=None) -> the
-    Run, its workload running. `assignment` places replicas by hand: {topic:
-    {partition: [broker ids]}} (the first id is the preferred leader); other
-    topics are spread as usual. `mix`: producer settings in turn (ProducerSettings
-    or dicts of its fields), instead of acks/idempotent/... for all."""
+    consumers=1, fetchers=0, mix=(), crash_every_s=0, sub_via="assign",
+    commit="manual", assignment=None) -> the Run, its workload running.
+    `assignment` places replicas by hand: {topic: {partition: [broker ids]}}
+    (the first id is the preferred leader); other topics are spread as usual.
+    `mix`: producer settings in turn (ProducerSettings or dicts of its
+    fields), instead of acks/idempotent/... for all. `sub_via="subscribe"`:
+    the consumers are one consumer group that commits (`commit`)."""
     run = chaos_run
 
     def start(topics: Mapping[str, int] | None = None, *, replication_factor: int | None = None,
@@ -73,7 +75,7 @@ def workload(chaos_run: Run):
               delivery_timeout_ms: int = 15000, rate: float = 100.0, producers: int = 2,
               slots: int = 4, consumers: int = 1, fetchers: int = 0,
               mix: Iterable[ProducerSettings | Mapping[str, Any]] = (),
-              crash_every_s: float = 0.0,
+              crash_every_s: float = 0.0, sub_via: str = "assign", commit: str = "manual",
               assignment: Mapping[str, Mapping[int, list[int]]] | None = None) -> Run:
         topics = dict(topics or {"t": 3})
         rf = replication_factor or min(3, run.cluster.spec.brokers)
@@ -86,7 +88,7 @@ def workload(chaos_run: Run):
             rate=rate, producer=ProducerSettings(**base), fetchers=fetchers,
             mix=tuple(m if isinstance(m, ProducerSettings) else ProducerSettings(**{**base, **m})
                       for m in mix),
-            crash_every_s=crash_every_s))
+            crash_every_s=crash_every_s, sub_via=sub_via, commit=commit))
         return run
 
     return start
