@@ -38,6 +38,10 @@ from harness import reaper  # noqa: E402
 from harness.host import state_dir  # noqa: E402
 
 CHAOSLOG = [sys.executable, "-m", "harness.cli"]
+# Command lines of what a run starts on this host: workers, Spark's JVM, and
+# the local backend's ZooKeeper, brokers and proxy.
+ORPHANS = (b"harness.workload.worker", b"org.apache.spark", b"QuorumPeerMain",
+           b"cluster.broker", b"faults.proxy")
 RUN_S = 20
 
 
@@ -73,7 +77,7 @@ def leftovers() -> list[str]:
 
 
 def workers_of(pid: int) -> list[int]:
-    """Workload workers and Spark JVMs whose parent is the killed run or gone
+    """Processes a run starts (ORPHANS) whose parent is the killed run or gone
     (reparented to init): processes that outlived their run."""
     out = []
     for d in Path("/proc").iterdir():
@@ -84,7 +88,7 @@ def workers_of(pid: int) -> list[int]:
             ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             continue
-        if (b"harness.workload.worker" in cmd or b"org.apache.spark" in cmd) and ppid in (1, pid):
+        if any(m in cmd for m in ORPHANS) and ppid in (1, pid):
             out.append(int(d.name))
     return out
 

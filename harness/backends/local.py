@@ -184,13 +184,14 @@ class LocalCluster(Cluster):
                 if p:
                     self.procs[name] = p
                     p.start()
+                    self.save()   # a start killed from here on leaves a state the reaper reads
             zkh.wait_zookeeper([("127.0.0.1", p) for p in self.ports.zk_client.values()],
                                START_TIMEOUT, describe=self._describe_failure)
             for name in self.spec.node_names():
                 if name.startswith("broker-"):
                     self.procs[name] = self._write_broker(name)
                     self.procs[name].start()
-            self.save()
+                    self.save()
             self.wait_brokers_registered()
         except BaseException:
             if not os.environ.get("CHAOSLOG_KEEP_ON_FAILURE"):
