@@ -171,6 +171,11 @@ def _offset(rng: random.Random) -> int:
     return rng.choice([0, rng.randint(0, 200), -1, -2, 2 ** 63 - 1, -(2 ** 63), rng.randint(0, 10 ** 9)])
 
 
+def _epoch(rng: random.Random) -> int:
+    """A leader epoch a request may name: none (-1), a small one, or absurd."""
+    return rng.choice([-1, -1, rng.randint(0, 10), 2 ** 31 - 1, -(2 ** 31)])
+
+
 def _batch(rng: random.Random) -> bytes:
     """A record batch (v2), sometimes idempotent, sometimes compressed; its
     timestamps too come from `rng`, so a case's bytes are the same each time."""
@@ -208,6 +213,8 @@ def client_request(rng: random.Random, target: Target) -> tuple[int, int, Any, b
     elif key == api.FETCH:
         part: tuple = (p, _offset(rng), _offset(rng), _int(rng, 10 ** 6)) if v >= 5 else (
             p, _offset(rng), _int(rng, 10 ** 6))
+        if v >= 9:  # the sender's leader epoch: fenced when it is not the leader's
+            part = (p, _epoch(rng)) + part[1:]
         kw = {"replica_id": rng.choice([-1, -1, -1, 1, 2, 3, 99]), "max_wait_ms": tms,
               "min_bytes": _int(rng, 1000), "topics": [(t, [part])]}
         if v >= 3:
@@ -234,7 +241,7 @@ def client_request(rng: random.Random, target: Target) -> tuple[int, int, Any, b
         kw = {"transactional_id": None if rng.random() < 0.8 else "tx",
               "transaction_timeout_ms": _int(rng, 60000)}
     elif key == api.OFFSET_FOR_LEADER_EPOCH:
-        kw = {"topics": [(t, [(p, _int(rng, 20))])]}
+        kw = {"topics": [(t, [(p, _epoch(rng), _int(rng, 20)) if v >= 2 else (p, _int(rng, 20))])]}
     elif key == api.CREATE_TOPICS:
         name = f"fz-{rng.randint(0, 20)}" if rng.random() < 0.8 else _topic(rng, target)
         assignments = [] if rng.random() < 0.8 else [

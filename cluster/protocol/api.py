@@ -2,7 +2,7 @@
 
 Bodies are decoded and encoded by kafka-python's classes, which are generated
 from Kafka's own JSON schemas (kafka-python is pinned: its internal API changed
-in 3.0). Version ranges are what a Kafka 0.8-era broker plus the KIP-98/101/279
+in 3.0). Version ranges are what a Kafka 0.8-era broker plus the KIP-98/101/279/320
 additions need (docs/design.md#protocol): enough for unmodified confluent-kafka
 2.x, kafka-python 3.x and aiokafka (tests/cluster/server/test_clients_e2e.py).
 
@@ -70,21 +70,24 @@ CREATE_PARTITIONS = 37
 
 # api key -> (min version, max version, request class, response class)
 # The client APIs reach the versions a Kafka 2.0 broker accepts, so that a
-# client pinned to that broker version is served (docs/design.md#protocol).
+# client pinned to that broker version is served (docs/design.md#protocol);
+# Fetch and OffsetForLeaderEpoch one further, for fencing.
 CLIENT_APIS: dict[int, tuple[int, int, type, type]] = {
     # v5 answers the log start offset of each partition written.
     PRODUCE: (0, 6, ProduceRequest, ProduceResponse),
     # v5 reports the log start offset with every partition's records; v7
-    # brings fetch sessions (KIP-227), which this broker declines.
-    FETCH: (0, 8, FetchRequest, FetchResponse),
+    # brings fetch sessions (KIP-227), which this broker declines; v9 the
+    # sender's leader epoch (KIP-320: docs/design.md#fencing).
+    FETCH: (0, 9, FetchRequest, FetchResponse),
     LIST_OFFSETS: (0, 3, ListOffsetsRequest, ListOffsetsResponse),
     # v5 lists each partition's offline replicas.
     METADATA: (0, 6, MetadataRequest, MetadataResponse),
     API_VERSIONS: (0, 2, ApiVersionsRequest, ApiVersionsResponse),
     INIT_PRODUCER_ID: (0, 1, InitProducerIdRequest, InitProducerIdResponse),
     # v1 (KIP-279) returns the leader epoch of the end offset, which a
-    # follower needs to find the point where its log diverged.
-    OFFSET_FOR_LEADER_EPOCH: (0, 1, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse),
+    # follower needs to find the point where its log diverged; v2 the
+    # sender's leader epoch (KIP-320: docs/design.md#fencing).
+    OFFSET_FOR_LEADER_EPOCH: (0, 2, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse),
     # docs/design.md#admin-api. CreateTopics v4: -1 partitions or replication
     # factor means the broker default (KIP-464).
     CREATE_TOPICS: (2, 4, CreateTopicsRequest, CreateTopicsResponse),

@@ -19,7 +19,9 @@ manager truncated to the HW before adding the partition.
 
 A partition whose fetch fails (not leader any more, unknown, I/O) is backed
 off for replica.fetch.backoff.ms; the controller's next LeaderAndIsr moves it
-to the right fetcher.
+to the right fetcher. With leader-epoch truncation every request names the
+follower's leader epoch (KIP-320), and a partition the leader fences for an
+older epoch waits for that LeaderAndIsr (docs/design.md#fencing).
 """
 from __future__ import annotations
 
@@ -40,6 +42,10 @@ from cluster.protocol import api
 from cluster.protocol import errors as E
 
 log = logging.getLogger(__name__)
+
+# The first versions that carry the sender's leader epoch (KIP-320).
+FETCH_VERSION = 9
+OFFSET_FOR_LEADER_EPOCH_VERSION = 2
 
 _SIZE = struct.Struct(">i")
 _HDR = struct.Struct(">hhih")
@@ -99,12 +105,23 @@ class BrokerConnection:
 
 
 class FetchState:
-    __slots__ = ("offset", "truncating", "delayed_until")
+    """One partition's fetching from the source, for one leader epoch: a
+    LeaderAndIsr replaces it with a new one. `leader_epoch` is sent with every
+    request (-1 sends none); the leader `fenced` it when that epoch is older
+    than its own, and it stays idle until the controller's next word
+    (docs/design.md#fencing)."""
+    __slots__ = ("offset", "truncating", "leader_epoch", "fenced", "delayed_until")
 
-    def __init__(self, offset: int, truncating: bool):
+    def __init__(self, offset: int, truncating: bool, leader_epoch: int = -1):
         self.offset = offset
         self.truncating = truncating
+        self.leader_epoch = leader_epoch
+        self.fenced = False
         self.delayed_until = 0.0
+
+    @property
+    def fetchable(self) -> bool:
+        return not self.truncating and not self.fenced
 
 
 # The replica of a partition on this broker (a cluster.server.partition.Partition), or None.
@@ -139,8 +156,9 @@ class ReplicaFetcher:
 
     # -- managed by the replica manager (event loop) -----------------------------------
 
-    def add(self, tp: tuple[str, int], offset: int, truncating: bool) -> None:
-        self.partitions[tp] = FetchState(offset, truncating)
+    def add(self, tp: tuple[str, int], offset: int, truncating: bool,
+            leader_epoch: int = -1) -> None:
+        self.partitions[tp] = FetchState(offset, truncating, leader_epoch)
         self._wake.set()
 
     def remove(self, tp: tuple[str, int]) -> None:
@@ -166,7 +184,7 @@ class ReplicaFetcher:
                 continue
             try:
                 await self._ensure_connected()
-                if any(s.truncating for s in self.partitions.values()):
+                if any(s.truncating and not s.fenced for s in self.partitions.values()):
                     await self._truncate()
                 await self._fetch_once()
             except asyncio.CancelledError:
@@ -210,10 +228,10 @@ class ReplicaFetcher:
 
     async def _fetch_once(self) -> None:
         now = time.monotonic()
-        sent = {tp: s.offset for tp, s in self.partitions.items()
-                if not s.truncating and s.delayed_until <= now}
+        sent = {tp: s for tp, s in self.partitions.items()
+                if s.fetchable and s.delayed_until <= now}
         if not sent:
-            delays = [s.delayed_until for s in self.partitions.values() if not s.truncating]
+            delays = [s.delayed_until for s in self.partitions.values() if s.fetchable]
             self._wake.clear()
             wait = max(0.01, min(delays) - now) if delays else self.backoff_s
             try:
@@ -222,23 +240,27 @@ class ReplicaFetcher:
                 pass
             return
         by_topic: dict[str, list] = {}
-        for (t, p), off in sent.items():
-            by_topic.setdefault(t, []).append(
-                FetchRequest.FetchTopic.FetchPartition(partition=p, fetch_offset=off,
-                                                       partition_max_bytes=self.max_bytes))
-        req = FetchRequest(version=4, replica_id=self.replica_id, max_wait_ms=self.max_wait_ms,
-                           min_bytes=self.min_bytes, max_bytes=max(self.max_bytes * 10, 1 << 20),
-                           isolation_level=0,
+        offsets = {tp: s.offset for tp, s in sent.items()}
+        for (t, p), s in sent.items():
+            by_topic.setdefault(t, []).append(FetchRequest.FetchTopic.FetchPartition(
+                partition=p, current_leader_epoch=s.leader_epoch, fetch_offset=s.offset,
+                log_start_offset=-1, partition_max_bytes=self.max_bytes))
+        req = FetchRequest(version=FETCH_VERSION, replica_id=self.replica_id,
+                           max_wait_ms=self.max_wait_ms, min_bytes=self.min_bytes,
+                           max_bytes=max(self.max_bytes * 10, 1 << 20), isolation_level=0,
+                           session_id=0, session_epoch=-1, forgotten_topics_data=[],
                            topics=[FetchRequest.FetchTopic(topic=t, partitions=ps)
                                    for t, ps in by_topic.items()])
-        body = await self._conn.request(api.FETCH, 4, bytes(req.encode(version=4)))
-        resp = FetchResponse.decode(body, version=4)
+        body = await self._conn.request(api.FETCH, FETCH_VERSION,
+                                        bytes(req.encode(version=FETCH_VERSION)))
+        resp = FetchResponse.decode(body, version=FETCH_VERSION)
         for topic_resp in resp.responses:
             for pd in topic_resp.partitions:
                 tp = (topic_resp.topic, pd.partition_index)
                 state = self.partitions.get(tp)
                 # Removed or re-added (new leader epoch) while the fetch was out.
-                if state is None or state.truncating or state.offset != sent.get(tp):
+                if state is None or state is not sent.get(tp) or not state.fetchable \
+                        or state.offset != offsets[tp]:
                     continue
                 await self._process(tp, state, pd)
 
@@ -261,6 +283,8 @@ class ReplicaFetcher:
                 state.delayed_until = time.monotonic() + self.backoff_s
         elif err == E.OFFSET_OUT_OF_RANGE:
             await self._handle_out_of_range(tp, state, p)
+        elif err == E.FENCED_LEADER_EPOCH:
+            self._fence(tp, state, "Fetch")
         else:
             log.info("%s-%d: fetch from broker %d: %s; backing off", tp[0], tp[1],
                      self.source_id, E.name(err))
@@ -302,9 +326,9 @@ class ReplicaFetcher:
 
     async def _truncate(self) -> None:
         """KIP-101/KIP-279 truncation of the partitions marked truncating."""
-        asks: dict[tuple[str, int], int] = {}
+        asks: dict[tuple[str, int], tuple[int, FetchState]] = {}
         for tp, s in list(self.partitions.items()):
-            if not s.truncating:
+            if not s.truncating or s.fenced:
                 continue
             p = self.partition_of(tp)
             if p is None:
@@ -315,33 +339,39 @@ class ReplicaFetcher:
                 # No epoch information (an old or empty log): the HW is all we have.
                 self._truncated(tp, s, p, p.hw, "no leader epoch in local log; to HW")
                 continue
-            asks[tp] = epoch
+            asks[tp] = (epoch, s)
         if not asks:
             return
         by_topic: dict[str, list] = {}
-        for (t, part), epoch in asks.items():
+        for (t, part), (epoch, s) in asks.items():
             by_topic.setdefault(t, []).append(
                 OffsetForLeaderEpochRequest.OffsetForLeaderTopic.OffsetForLeaderPartition(
-                    partition=part, leader_epoch=epoch))
-        req = OffsetForLeaderEpochRequest(version=1, topics=[
+                    partition=part, current_leader_epoch=s.leader_epoch, leader_epoch=epoch))
+        v = OFFSET_FOR_LEADER_EPOCH_VERSION
+        req = OffsetForLeaderEpochRequest(version=v, topics=[
             OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic=t, partitions=ps)
             for t, ps in by_topic.items()])
-        body = await self._conn.request(api.OFFSET_FOR_LEADER_EPOCH, 1,
-                                        bytes(req.encode(version=1)))
-        resp = OffsetForLeaderEpochResponse.decode(body, version=1)
+        body = await self._conn.request(api.OFFSET_FOR_LEADER_EPOCH, v,
+                                        bytes(req.encode(version=v)))
+        resp = OffsetForLeaderEpochResponse.decode(body, version=v)
         for tr in resp.topics:
             for r in tr.partitions:
                 tp = (tr.topic, r.partition)
                 s = self.partitions.get(tp)
                 p = self.partition_of(tp)
-                if s is None or not s.truncating or p is None or tp not in asks:
+                # The answer is for the state that asked: a state re-added
+                # meanwhile (a new leader epoch) asks again.
+                if tp not in asks or s is not asks[tp][1] or not s.truncating or p is None:
+                    continue
+                if r.error_code == E.FENCED_LEADER_EPOCH:
+                    self._fence(tp, s, "OffsetForLeaderEpoch")
                     continue
                 if r.error_code != E.NONE:
                     log.info("%s-%d: OffsetForLeaderEpoch from %d: %s", tp[0], tp[1],
                              self.source_id, E.name(r.error_code))
                     s.delayed_until = time.monotonic() + self.backoff_s
                     continue
-                self._apply_epoch_answer(tp, s, p, asks[tp], r.leader_epoch, r.end_offset)
+                self._apply_epoch_answer(tp, s, p, asks[tp][0], r.leader_epoch, r.end_offset)
 
     def _apply_epoch_answer(self, tp, s: FetchState, p, asked: int, leader_epoch: int,
                             leader_end: int) -> None:
@@ -368,6 +398,15 @@ class ReplicaFetcher:
                 self._truncated(tp, s, p, min(leader_end, f_end),
                                 f"epoch {leader_epoch} ends at {leader_end} on the leader")
 
+    def _fence(self, tp, s: FetchState, what: str) -> None:
+        """The leader is in a newer epoch than ours: the controller could not
+        tell us, and what we would fetch may not continue our log. Idle until
+        its LeaderAndIsr re-adds the partition (docs/design.md#fencing)."""
+        s.fenced = True
+        log.warning("%s-%d: %s from broker %d: FENCED_LEADER_EPOCH (our leader epoch %d is "
+                    "older than the leader's); not fetching until the controller's next "
+                    "LeaderAndIsr", tp[0], tp[1], what, self.source_id, s.leader_epoch)
+
     def _truncated(self, tp, s: FetchState, p, offset: int, why: str) -> None:
         before = p.leo
         p.truncate_to(offset)
@@ -388,13 +427,14 @@ class FetcherManager:
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._by_partition: dict[tuple[str, int], int] = {}
 
-    def add(self, tp, leader: int, offset: int, truncating: bool) -> None:
+    def add(self, tp, leader: int, offset: int, truncating: bool,
+            leader_epoch: int = -1) -> None:
         self.remove(tp)
         f = self.fetchers.get(leader)
         if f is None:
             f = self.fetchers[leader] = ReplicaFetcher(self.cfg, self.partition_of, leader,
                                                        self.address_of, self.lookup_address)
-        f.add(tp, offset, truncating)
+        f.add(tp, offset, truncating, leader_epoch)
         self._by_partition[tp] = leader
 
     def remove(self, tp) -> None:

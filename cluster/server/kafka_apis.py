@@ -37,6 +37,13 @@ log = logging.getLogger(__name__)
 CLOSE = object()  # sentinel: close the connection
 
 
+def _current_leader_epoch(partition_request) -> int:
+    """The leader epoch a Fetch (v9+) or OffsetForLeaderEpoch (v2+) partition
+    entry names, -1 in older versions (docs/design.md#fencing)."""
+    epoch = getattr(partition_request, "current_leader_epoch", None)
+    return -1 if epoch is None else epoch
+
+
 class KafkaApis:
     """Handed what the handlers need: the replica manager (partitions,
     controller requests), the metadata cache, the ZooKeeper client (producer
@@ -276,11 +283,13 @@ class KafkaApis:
                 return self._fetch_refused(hdr, E.INVALID_FETCH_SESSION_EPOCH)
         replica_id = req.replica_id
         if replica_id >= 0:
-            # A follower's fetch offset is its LEO: record it once per request.
+            # A follower's fetch offset is its LEO: record it once per request,
+            # unless the follower is fenced (docs/design.md#fencing).
             for ft in req.topics:
                 for fp in ft.partitions:
                     p = self.rm.partition((ft.topic, fp.partition))
-                    if p is not None and p.is_leader and fp.fetch_offset <= p.leo:
+                    if (p is not None and p.is_leader and fp.fetch_offset <= p.leo
+                            and p.leader_epoch_error(_current_leader_epoch(fp)) == E.NONE):
                         self.rm.on_follower_fetch(p, replica_id, fp.fetch_offset)
         result, nbytes, errors = self._read_fetch(hdr, req)
         if nbytes >= req.min_bytes or req.max_wait_ms <= 0 or errors:
@@ -352,7 +361,8 @@ class KafkaApis:
                     if max_bytes <= 0 and total > 0:
                         err = E.NONE
                     else:
-                        err, records = p.read(fp.fetch_offset, max(max_bytes, 1), replica_id)
+                        err, records = p.read(fp.fetch_offset, max(max_bytes, 1), replica_id,
+                                              _current_leader_epoch(fp))
                     if err in (E.NONE, E.OFFSET_OUT_OF_RANGE):
                         hw, log_start = p.hw, p.log.log_start_offset
                 if err != E.NONE:
@@ -463,18 +473,24 @@ class KafkaApis:
             plist = []
             for lp in t.partitions:
                 p = self.rm.partition((t.topic, lp.partition))
-                if p is None or not p.is_leader:
-                    err = (E.NOT_LEADER_FOR_PARTITION if p is not None
-                           or self.metadata.partition(t.topic, lp.partition) is not None
+                epoch, end = -1, -1
+                if p is None:
+                    err = (E.NOT_LEADER_FOR_PARTITION
+                           if self.metadata.partition(t.topic, lp.partition) is not None
                            else E.UNKNOWN_TOPIC_OR_PARTITION)
-                    epoch, end = -1, -1
                 else:
-                    err = E.NONE
-                    epoch, end = p.log.leader_epoch_cache.end_offset_for(lp.leader_epoch, p.leo)
+                    # Fencing first, as Kafka does (docs/design.md#fencing).
+                    err = p.leader_epoch_error(_current_leader_epoch(lp))
+                    if err == E.NONE and not p.is_leader:
+                        err = E.NOT_LEADER_FOR_PARTITION
+                    if err == E.NONE:
+                        epoch, end = p.log.leader_epoch_cache.end_offset_for(lp.leader_epoch,
+                                                                             p.leo)
                 plist.append((err, lp.partition, epoch, end) if v >= 1
                              else (err, lp.partition, end))
             topics.append((t.topic, plist))
-        return self._respond(hdr, OffsetForLeaderEpochResponse(version=v, topics=topics))
+        kw = {"throttle_time_ms": 0} if v >= 2 else {}
+        return self._respond(hdr, OffsetForLeaderEpochResponse(version=v, topics=topics, **kw))
 
     # -- admin requests (docs/design.md#admin-api) ------------------------------------------
 

@@ -324,10 +324,26 @@ class Partition:
 
     # -- reads -----------------------------------------------------------------------
 
-    def read(self, fetch_offset: int, max_bytes: int, replica_id: int) -> tuple[int, bytes]:
+    def leader_epoch_error(self, current_leader_epoch: int) -> int:
+        """KIP-320 fencing (docs/design.md#fencing): a request naming the
+        leader epoch its sender knows gets FENCED_LEADER_EPOCH when that epoch
+        is older than this replica's (a follower the controller could not
+        reach since), UNKNOWN_LEADER_EPOCH when newer (this replica has not
+        heard of it yet). -1 names no epoch: clients, `hw` followers."""
+        if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:
+            return E.NONE
+        if current_leader_epoch < self.leader_epoch:
+            return E.FENCED_LEADER_EPOCH
+        return E.UNKNOWN_LEADER_EPOCH
+
+    def read(self, fetch_offset: int, max_bytes: int, replica_id: int,
+             current_leader_epoch: int = -1) -> tuple[int, bytes]:
         """(error, records) for a fetch. Consumers see below the HW only; an
         offset between HW and LEO gives an empty set (docs/design.md#high-watermark);
         below the log start or past the LEO is OFFSET_OUT_OF_RANGE."""
+        err = self.leader_epoch_error(current_leader_epoch)
+        if err != E.NONE:
+            return err, b""
         if not self.is_leader:
             return E.NOT_LEADER_FOR_PARTITION, b""
         max_offset = None if replica_id >= 0 else self.hw

@@ -285,7 +285,11 @@ class ReplicaManager:
             # `hw` truncation (docs/design.md#truncation): truncate to the HW, fetch from LEO.
             p.truncate_to(p.hw)
         if s.leader >= 0:
-            self.fetchers.add(p.tp, s.leader, p.leo, truncating=self.truncation == "leader-epoch")
+            # Leader epochs also fence (docs/design.md#fencing); `hw` followers
+            # name none, as in Kafka 0.8.
+            epochs = self.truncation == "leader-epoch"
+            self.fetchers.add(p.tp, s.leader, p.leo, truncating=epochs,
+                              leader_epoch=s.leader_epoch if epochs else -1)
 
     # -- StopReplica ------------------------------------------------------------------------
 

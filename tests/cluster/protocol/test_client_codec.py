@@ -80,9 +80,9 @@ def test_record_set_conversion_round_trip(values, magic, compression):
 
 @SETTINGS
 @given(st.sampled_from(["produce", "fetch", "metadata", "list_offsets"]),
-       st.integers(0, 8), st.text(min_size=1, max_size=20), st.integers(0, 1000))
+       st.integers(0, 9), st.text(min_size=1, max_size=20), st.integers(0, 1000))
 def test_request_round_trip(kind, version, topic, n):
-    """Every version served (up to Kafka 2.0's) decodes what a client encodes."""
+    """Every version served decodes what a client encodes."""
     lo, hi, _, _ = api.CLIENT_APIS[{"produce": api.PRODUCE, "fetch": api.FETCH,
                                     "metadata": api.METADATA,
                                     "list_offsets": api.LIST_OFFSETS}[kind]]
@@ -98,6 +98,8 @@ def test_request_round_trip(kind, version, topic, n):
         if v >= 7:
             kw.update(session_id=0, session_epoch=-1, forgotten_topics_data=[])
         part = (n, n * 7, 3, 1000) if v >= 5 else (n, n * 7, 1000)
+        if v >= 9:
+            part = (n, n % 5 - 1) + part[1:]  # the sender's leader epoch
         req = FetchRequest(version=v, replica_id=-1, max_wait_ms=n, min_bytes=1,
                            topics=[(topic, [part])], **kw)
         key = api.FETCH

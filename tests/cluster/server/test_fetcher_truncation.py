@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 
+from kafka.protocol.consumer import OffsetForLeaderEpochResponse
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from cluster.config import BrokerConfig
 from cluster.log import Log, LogConfig
 from cluster.log.batch import set_base_offset, set_leader_epoch
+from cluster.protocol import errors as E
 from cluster.server.fetcher import FetchState, ReplicaFetcher
 from cluster.server.partition import Partition
 from fetcher_stubs import partitions_of
@@ -77,3 +79,64 @@ def test_epoch_answers_that_keep_everything_or_fall_back_to_hw(tmp_path):
         await f.stop()
     asyncio.run(run())
     p.log.close()
+
+
+def test_an_answer_for_a_state_replaced_meanwhile_is_not_applied(tmp_path):
+    """An OffsetForLeaderEpoch answer that arrives after a LeaderAndIsr
+    re-added the partition (a new leader epoch) was computed from the leader's
+    log as it was: applying it to the new state could keep records the leader
+    replaced since. The new state asks again."""
+    cfg, p = _follower(tmp_path, [(0, 10, 0), (10, 10, 1)])
+
+    async def run():
+        f = ReplicaFetcher(cfg, partitions_of({("t", 0): p}), 1, lambda b: None)
+        f._stopped = True  # no loop: the test plays the requests
+        old = FetchState(p.leo, truncating=True, leader_epoch=1)
+        f.partitions[("t", 0)] = old
+
+        class Conn(_Conn):
+            async def request(self, key, version, body):
+                f.add(("t", 0), p.leo, truncating=True, leader_epoch=3)  # meanwhile
+                return _epoch_answer(version, 1, 10)
+        f._conn = Conn()
+        await f._truncate()
+        new = f.partitions[("t", 0)]
+        assert new is not old and new.truncating and p.leo == 20
+        await f.stop()
+    asyncio.run(run())
+    p.log.close()
+
+
+def test_a_fenced_partition_waits_for_the_controller(tmp_path):
+    cfg, p = _follower(tmp_path, [(0, 10, 0)])
+
+    async def run():
+        f = ReplicaFetcher(cfg, partitions_of({("t", 0): p}), 1, lambda b: None)
+        f._stopped = True
+        f.add(("t", 0), p.leo, truncating=True, leader_epoch=1)
+
+        class Conn(_Conn):
+            async def request(self, key, version, body):
+                return _epoch_answer(version, -1, -1, E.FENCED_LEADER_EPOCH)
+        f._conn = Conn()
+        await f._truncate()
+        s = f.partitions[("t", 0)]
+        assert s.fenced and not s.fetchable and p.leo == 10
+        f.add(("t", 0), p.leo, truncating=True, leader_epoch=2)  # the next LeaderAndIsr
+        assert f.partitions[("t", 0)].fetchable is False  # truncates first
+        assert f.partitions[("t", 0)].fenced is False
+        await f.stop()
+    asyncio.run(run())
+    p.log.close()
+
+
+class _Conn:
+    """A connection to the leader that answers what the test says."""
+    def close(self) -> None:
+        pass
+
+
+def _epoch_answer(version: int, epoch: int, end: int, error: int = 0) -> bytes:
+    resp = OffsetForLeaderEpochResponse(version=version, throttle_time_ms=0, topics=[
+        ("t", [(error, 0, epoch, end)])])
+    return bytes(resp.encode(version=version))

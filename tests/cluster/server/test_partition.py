@@ -80,3 +80,23 @@ def test_a_truncation_forgets_the_sequences_of_the_removed_batches(tmp_path):
     assert p.producer_state.check(retry) == (E.NONE, None)
     kept = list(batch_headers(_idempotent(b"i1", 42, 1)))[0]
     assert p.producer_state.check(kept) == (E.NONE, (11, 11))
+
+
+def test_requests_naming_another_leader_epoch_are_fenced(tmp_path):
+    """KIP-320 (docs/design.md#fencing): the leader of epoch 3 serves its own
+    epoch and requests naming none; an older epoch is fenced, a newer one is
+    not known here yet."""
+    p = _leader(tmp_path, (1, 2, 3))
+    p.make_leader((1, 2, 3), (1, 2, 3), leader_epoch=3, zk_version=1, controller_epoch=1, now_ms=0)
+    assert p.leader_epoch_error(-1) == E.NONE
+    assert p.leader_epoch_error(3) == E.NONE
+    assert p.leader_epoch_error(2) == E.FENCED_LEADER_EPOCH
+    assert p.leader_epoch_error(4) == E.UNKNOWN_LEADER_EPOCH
+    assert p.read(0, 1 << 20, 2, current_leader_epoch=2) == (E.FENCED_LEADER_EPOCH, b"")
+    err, records = p.read(0, 1 << 20, 2, current_leader_epoch=3)
+    assert err == E.NONE and records
+    # A follower in that epoch: fencing is answered before "not the leader".
+    p.make_follower((1, 2, 3), (1, 2, 3), 2, leader_epoch=4, zk_version=2, controller_epoch=1)
+    assert p.read(0, 1 << 20, 3, current_leader_epoch=3)[0] == E.FENCED_LEADER_EPOCH
+    assert p.read(0, 1 << 20, 3, current_leader_epoch=4)[0] == E.NOT_LEADER_FOR_PARTITION
+    p.log.close()

@@ -35,7 +35,7 @@ def test_api_versions_probe_at_newer_version(cluster3):
     resp = ApiVersionsResponse.decode(frame[4:], version=0)
     assert resp.error_code == 35
     ranges = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-    assert ranges[0] == (0, 6) and ranges[1] == (0, 8) and ranges[3] == (0, 6)
+    assert ranges[0] == (0, 6) and ranges[1] == (0, 9) and ranges[3] == (0, 6)
     assert ranges[10] == (0, 2)  # FindCoordinator: Kafka 2.0's (docs/design.md#groups)
     ok = w.call(ApiVersionsRequest, ApiVersionsResponse, 1)
     assert ok.error_code == 0

@@ -272,6 +272,70 @@ def test_kip101_truncation(make_cluster, truncation):
         assert got == [b"k%d" % i for i in range(10)]
 
 
+def _replica(c, broker: int, topic: str) -> dict:
+    """What broker `broker`'s files hold of partition 0 of `topic`."""
+    from harness.replicas import read_replica
+    return read_replica(c.brokers[broker].log_dir / f"{topic}-0")
+
+
+def _values(replica: dict) -> list[tuple[int, int]]:
+    return [tuple(r) for r in replica["records"]]
+
+
+def _produce(c, leader: int, topic: str, values: range, acks: int) -> None:
+    w = Wire(c.brokers[leader].address)
+    try:
+        err, _ = produce(w, topic, 0, v2_batch([b"%d" % v for v in values]), acks=acks)
+        assert err == 0, err
+    finally:
+        w.close()
+
+
+def test_a_follower_the_controller_cannot_reach_is_fenced(make_cluster):
+    """KIP-320 (docs/design.md#fencing). Follower 3 hears nothing from the
+    controller while leadership goes 1 -> 2 -> 1 (epochs 1 and 2); it holds
+    epoch-0 records 10..14 that broker 2 never had, and broker 1 replaced
+    them with 2's as its follower. Fetching on from broker 1 as if nothing
+    happened would append epoch-2 records after them and give its epoch cache an entry
+    that hides the divergence from the truncation at its next LeaderAndIsr
+    (the pressure suite found the replicas disagreeing for good): broker 1
+    must fence its fetches instead, and then 3 must end up with 1's log."""
+    c = make_cluster(3, **{"replication.truncation": "leader-epoch",
+                           "replica.lag.time.max.ms": 60000})
+    c.hc.create_topic("zf", {0: (1, 2, 3)})
+    _produce(c, 1, "zf", range(0, 10), acks=-1)
+    # Broker 2 stops fetching; 1 and 3 get 10..14.
+    c.hc.send(2, control.StopReplicaRequest(c.hc.controller_id, c.hc.controller_epoch, False,
+                                            (control.TopicPartition("zf", 0),)))
+    _produce(c, 1, "zf", range(10, 15), acks=1)
+    wait_until(lambda: _replica(c, 3, "zf")["log_end_offset"] == 15, 30, "3 fetching 10..14")
+    zombie = c.brokers[3].stderr_path.stat().st_size
+    # Epoch 1: broker 2 leads (broker 3 is not told); 1 truncates to 10.
+    st = c.hc.state("zf", 0)
+    c.zk.set(zkpaths.leader_and_isr_path("zf", 0),
+             LeaderAndIsr(2, st.leader_epoch + 1, (1, 2, 3), c.hc.controller_epoch).encode(),
+             version=st.zk_version)
+    c.hc.push([c.hc.state("zf", 0)], to={1, 2})
+    _produce(c, 2, "zf", range(100, 105), acks=1)  # 1's next batch starts where 3 fetches
+    wait_until(lambda: _replica(c, 1, "zf")["log_end_offset"] == 15, 30, "1 following 2")
+    # Epoch 2: broker 1 leads again (broker 3 still not told) and writes on.
+    st = c.hc.state("zf", 0)
+    c.zk.set(zkpaths.leader_and_isr_path("zf", 0),
+             LeaderAndIsr(1, st.leader_epoch + 1, (1, 2, 3), c.hc.controller_epoch).encode(),
+             version=st.zk_version)
+    c.hc.push([c.hc.state("zf", 0)], to={1, 2})
+    _produce(c, 1, "zf", range(200, 210), acks=1)
+    wait_until(lambda: "FENCED_LEADER_EPOCH" in c.brokers[3].stderr()[zombie:], 30,
+               "broker 1 fencing broker 3's fetches")
+    assert _replica(c, 3, "zf")["log_end_offset"] == 15  # nothing appended after the fence
+    # The controller reaches broker 3 at last: it truncates and catches up.
+    c.hc.push([c.hc.state("zf", 0)], to={3})
+    leader = _values(_replica(c, 1, "zf"))
+    assert len(leader) == 25
+    wait_until(lambda: _values(_replica(c, 3, "zf")) == leader, 30,
+               "broker 3 holding broker 1's log")
+
+
 def test_stop_replica_init_flag_and_startup_cleanup(make_cluster):
     c = make_cluster(2)
     hc = c.hc
