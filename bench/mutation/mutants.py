@@ -113,8 +113,8 @@ MUTANTS: list[Mutant] = [
            "g-controller-epoch", "a request for another broker (a reused address) is applied"),
     # -- truncation and leader epochs ---------------------------------------------------------------
     Mutant("no-epoch-truncation", RM,
-           '            self.fetchers.add(p.tp, s.leader, p.leo, truncating=self.truncation == "leader-epoch")',
-           "            self.fetchers.add(p.tp, s.leader, p.leo, truncating=False)",
+           "            self.fetchers.add(p.tp, s.leader, p.leo, truncating=epochs,",
+           "            self.fetchers.add(p.tp, s.leader, p.leo, truncating=False,",
            "g-replicas-agree", "a new follower keeps its divergent tail (no OffsetForLeaderEpoch)"),
     Mutant("same-leader-no-truncation", RM,
            '        same_leader = (self.truncation == "hw" and not p.is_leader',
@@ -122,6 +122,13 @@ MUTANTS: list[Mutant] = [
            "g-replicas-agree", "a follower told of a newer epoch of the leader it last followed keeps "
                                "fetching from its LEO: records replaced in the epochs it missed stay "
                                "(the bug the pressure suite found at seed 219)"),
+    Mutant("zombie-follower-not-fenced", P,
+           "        if current_leader_epoch < 0 or current_leader_epoch == self.leader_epoch:",
+           "        if True:",
+           "g-replicas-agree", "a leader serves a follower of an older epoch (the controller could "
+                               "not reach it): it appends new records after a tail its leader "
+                               "replaced meanwhile, and its epoch cache hides that from the next "
+                               "truncation (the bug the pressure suite found in CI on 2026-11-26)"),
     Mutant("truncate-too-little", FETCHER,
            "                self._truncated(tp, s, p, min(leader_end, f_end),",
            "                self._truncated(tp, s, p, max(leader_end, f_end),",

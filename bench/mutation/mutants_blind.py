@@ -63,8 +63,8 @@ MUTANTS_BLIND: list[Mutant] = [
                                  "controller's late LeaderAndIsr/UpdateMetadata are applied over its "
                                  "successor's"),
     Mutant("leader-epoch-truncation-typo", "cluster/server/replica_manager.py",
-           'truncating=self.truncation == "leader-epoch")',
-           'truncating=self.truncation == "leader_epoch")',
+           'epochs = self.truncation == "leader-epoch"',
+           'epochs = self.truncation == "leader_epoch"',
            "g-replicas-agree", "with replication.truncation=leader-epoch a new follower never "
                                "truncates: a former leader keeps its unreplicated tail and the "
                                "replicas diverge"),
