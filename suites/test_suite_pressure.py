@@ -37,7 +37,7 @@ SECONDS = float(os.environ.get("CHAOSLOG_PRESSURE_SECONDS", "70"))
 FAULTS = {"kill": 3, "stop": 2, "pause": 2, "hard-bounce": 1, "zk-expire": 2,
           "partition-isolate": 2, "partition-halves": 1, "partition-one-way": 1,
           "partition-zk": 1, "partition-clients": 1,
-          "elect-preferred": 1, "move-leader": 2, "reassign": 1}
+          "elect-preferred": 1, "move-leader": 2, "reassign": 1, "add-partitions": 1}
 # Disk damage is outside that model when it overlaps other failures: a leader
 # that lost acknowledged records from its disk and restarts while no other
 # in-sync replica is alive leads with the shorter log (docs/design.md

@@ -14,6 +14,7 @@ it changed.
   move-leader      one partition's leadership moves to an in-sync follower
                    (reorder its replicas, then elect the new first one)
   reassign         one replica of a partition moves to a broker that had none
+  add-partitions   one of the run's topics gets one more partition
 """
 from __future__ import annotations
 
@@ -182,3 +183,37 @@ class Reassign(_AdminOperation):
         t, p = self.partition
         done = self._wait(lambda: self._reassignment_done(t, p, self.replicas))
         self.notes.append("reassignment done" if done else "reassignment not done when the step ended")
+
+
+class AddPartitions(_AdminOperation):
+    """One more partition for one of the run's topics: the controller creates
+    its replicas, elects its leader and tells every broker
+    (docs/design.md#partitions) while other faults happen. Clients learn of it
+    from Metadata; a consumer group rebalances to take it in. The workload's
+    producers write to the partitions they started with."""
+    fault = "add-partitions"
+
+    def _resolve(self) -> list[str]:
+        topics = sorted(t for t in (self.ctx.resolver.topics or admin.list_topics(self.zk))
+                        if not t.startswith("__"))
+        if not topics:
+            raise FaultError("no topic to add a partition to")
+        self.topic = self.ctx.rng.choice(topics)
+        self.count = len(admin.describe_topic(self.zk, self.topic)["partitions"]) + 1
+        self.params = {**self.params, "topic": self.topic, "partitions": self.count}
+        return [_broker(self.ctx.resolver.controller())]
+
+    def request(self) -> None:
+        self.new = admin.add_partitions(self.zk, self.topic, self.count)
+
+    def _partitions_led(self) -> bool:
+        parts = admin.describe_topic(self.zk, self.topic)["partitions"]
+        return len(parts) == self.count and all(
+            parts[p]["leader"] >= 0 and set(parts[p]["isr"]) == set(parts[p]["replicas"])
+            for p in self.new)
+
+    def settle(self) -> None:
+        done = self._wait(self._partitions_led)
+        self.notes.append(f"{self.topic}/{','.join(map(str, sorted(self.new)))} "
+                          + ("led with a full ISR" if done else "not led with a full ISR when "
+                             "the step ended"))
