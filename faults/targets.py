@@ -9,6 +9,8 @@ ZooKeeper's own leader comes from the cluster (Cluster.zookeeper_mode).
 
 Target syntax (one string):
   controller                    the broker in /controller
+  coordinator:GROUP             the coordinator of consumer group GROUP: the leader of the
+                                __consumer_offsets partition the group maps to
   leader[:T/P]                  the leader of partition T/P (default partition if omitted)
   follower[:T/P]                a follower in the ISR of T/P
   out-of-isr[:T/P]              an assigned replica of T/P that is not in its ISR
@@ -28,10 +30,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from cluster import zkpaths
+from cluster.server.offsets_topic import GROUP_METADATA_TOPIC, partition_for
 
 ROLES = ("controller", "leader", "follower", "out-of-isr", "random", "minority", "majority",
-         "all", "live", "zk-leader", "zk-follower", "zk-random", "zk-all")
+         "all", "live", "zk-leader", "zk-follower", "zk-random", "zk-all", "coordinator")
 PARTITION_ROLES = ("leader", "follower", "out-of-isr")
+GROUP_ROLE = "coordinator"          # takes :GROUP (docs/design.md#groups)
 
 
 class TargetError(ValueError):
@@ -44,11 +48,16 @@ class Target:
     node: str | None = None         # for role "node"
     topic: str | None = None
     partition: int | None = None
+    group: str | None = None        # for role "coordinator"
 
     @classmethod
     def parse(cls, text: str) -> "Target":
         text = text.strip()
         role, _, rest = text.partition(":")
+        if role == GROUP_ROLE:
+            if not rest:
+                raise TargetError(f"target {text!r}: expected {GROUP_ROLE}:GROUP")
+            return cls(role, group=rest)
         if role in ROLES:
             if not rest:
                 return cls(role)
@@ -66,6 +75,8 @@ class Target:
     def __str__(self) -> str:
         if self.role == "node":
             return self.node or "?"
+        if self.role == GROUP_ROLE:
+            return f"{self.role}:{self.group}"
         if self.topic is not None:
             return f"{self.role}:{self.topic}/{self.partition}"
         return self.role
@@ -155,6 +166,25 @@ class Resolver:
             raise TargetError(f"topic {topic!r} has no partition {partition}")
         return replicas
 
+    def coordinator(self, group: str) -> int:
+        """The broker coordinating consumer group `group`: the leader of the
+        offsets partition the group maps to, as the brokers map it (over the
+        partition count the topic has in ZooKeeper)."""
+        try:
+            data, _ = self.zk.get(zkpaths.topic_path(GROUP_METADATA_TOPIC))
+        except Exception as e:
+            raise TargetError(f"no {GROUP_METADATA_TOPIC} topic yet, so no coordinator of group "
+                              f"{group!r} ({type(e).__name__})") from None
+        count = len(zkpaths.TopicAssignment.decode(data).partitions)
+        if not count:
+            raise TargetError(f"{GROUP_METADATA_TOPIC} has no partitions")
+        partition = partition_for(group, count)
+        lai = self.leader_and_isr(GROUP_METADATA_TOPIC, partition)
+        if lai.leader == zkpaths.NO_LEADER:
+            raise TargetError(f"group {group!r}: {GROUP_METADATA_TOPIC}/{partition} has no "
+                              f"leader right now")
+        return lai.leader
+
     def zk_modes(self) -> dict[str, str | None]:
         return {name: self.cluster.zookeeper_mode(name) for name in self.zk_names()}
 
@@ -168,6 +198,8 @@ class Resolver:
             return [t.node]
         if t.role == "controller":
             return [_broker(self.controller())]
+        if t.role == GROUP_ROLE:
+            return [_broker(self.coordinator(str(t.group)))]
         if t.role in PARTITION_ROLES:
             topic, partition = self._partition(t)
             lai = self.leader_and_isr(topic, partition)
