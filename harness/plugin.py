@@ -66,12 +66,7 @@ def _destroy_all(*_):
 
 def pytest_sessionstart(session):
     from harness import reaper
-    removed = reaper.reap_local()
-    backend = session.config.getoption("--chaoslog-backend")
-    if backend != "local":
-        from harness.docker_engine import engine_available
-        if engine_available():
-            removed += reaper.reap_docker()
+    removed = reaper.reap_orphans(docker=session.config.getoption("--chaoslog-backend") != "local")
     if removed:
         print(f"\nchaoslog: removed {len(removed)} leftovers of a killed earlier run: "
               + ", ".join(removed[:6]) + (" ..." if len(removed) > 6 else ""))

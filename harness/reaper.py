@@ -122,12 +122,14 @@ def reap_local() -> list[str]:
     return removed
 
 
-def reap_orphans() -> list[str]:
-    """Everything whose owner process is gone, on both backends (no Docker
-    engine: nothing of ours can be left there)."""
+def reap_orphans(docker: bool = True) -> list[str]:
+    """Everything whose owner process is gone, of the local backend and (with
+    `docker`) of the Docker backend (no engine: nothing of ours can be left
+    there)."""
     removed = reap_local()
-    try:
-        removed += reap_docker()
-    except Exception:  # noqa: BLE001 - no engine, or it did not answer
-        pass
+    if docker:
+        try:
+            removed += reap_docker()
+        except Exception:  # noqa: BLE001 - no engine, or it did not answer
+            pass
     return removed
