@@ -7,8 +7,12 @@ cd "$(dirname "$0")/.."
 say() { echo "[setup] $*" >&2; }
 
 # System packages: mmdebstrap builds the images' root filesystem; Java and
-# Debian's ZooKeeper jars serve the local backend, Java also PySpark.
-pkgs=(mmdebstrap openjdk-17-jre-headless libzookeeper-java liblog4j1.2-java libslf4j-java)
+# Debian's ZooKeeper jars serve the local backend, Java also PySpark. kcat,
+# Go and Debian's sarama and kafka-go sources are the non-Python clients of
+# tests/cluster/server/test_foreign_clients_e2e.py (built offline from
+# /usr/share/gocode).
+pkgs=(mmdebstrap openjdk-17-jre-headless libzookeeper-java liblog4j1.2-java libslf4j-java
+      kcat golang-go golang-github-shopify-sarama-dev golang-github-segmentio-kafka-go-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
