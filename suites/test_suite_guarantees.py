@@ -116,6 +116,26 @@ def _led_by_a_follower_of_the_controller(run, zk: ZkView, topic: str) -> int:
     return leader
 
 
+def _expire_session(run, broker: int) -> None:
+    """Expire `broker`'s ZooKeeper session now, as ZooKeeper does once it
+    has not heard from it for a session timeout: the controller handles it
+    as failed. A broker that can reach ZooKeeper registers again at once."""
+    session, password = read_session(run.cluster, f"broker-{broker}")
+    expire_session(run.cluster.zookeeper_connect, session, password)
+
+
+def _log_end(run, broker: int, topic: str) -> int:
+    """The log end offset of `broker`'s replica of `topic`/0, read from its files."""
+    return read_broker(run.cluster.log_dir(f"broker-{broker}"), {topic})[0]["log_end_offset"]
+
+
+def _batches(run, broker: int, topic: str) -> dict[int, tuple]:
+    """`broker`'s replica of `topic`/0, read from its files: base offset ->
+    (last offset, leader epoch, CRC) of each record batch."""
+    return {base: (last, epoch, crc) for base, last, epoch, crc
+            in read_broker(run.cluster.log_dir(f"broker-{broker}"), {topic})[0]["batches"]}
+
+
 def test_requests_of_a_deposed_controller_are_refused(chaos_run, nemesis):
     """docs/design.md#g-controller-epoch. After a controller failover,
     harness/probes.py sends a follower LeaderAndIsr, StopReplica and
@@ -454,8 +474,7 @@ def test_a_follower_that_missed_an_epoch_truncates_when_its_old_leader_returns(
             assert kafka_wire.produce(conn, "ep", 0, [b"2"] * 10, acks=1)[0] == E.NONE
     finally:
         conn.close()
-    c_dir, a_dir = run.cluster.log_dir(f"broker-{c}"), run.cluster.log_dir(f"broker-{a}")
-    wait_for(lambda: read_broker(c_dir, {"ep"})[0]["log_end_offset"] == 60, 10,
+    wait_for(lambda: _log_end(run, c, "ep") == 60, 10,
              f"broker {c} fetching the records broker {b} lacks")
     nemesis.inject("partition-isolate", f"broker-{c}")
     killed = _crash(run, nemesis, a)
@@ -471,12 +490,8 @@ def test_a_follower_that_missed_an_epoch_truncates_when_its_old_leader_returns(
     killed.stop()                            # A restarts: B's follower
     wait_for(lambda: a in zk.lai("ep", 0).isr, 60, f"broker {a} back in the ISR")
 
-    def batches(log_dir) -> dict[int, tuple]:
-        return {base: (last, epoch, crc)
-                for base, last, epoch, crc in read_broker(log_dir, {"ep"})[0]["batches"]}
-
     # A, back in sync, holds B's records, not its own uncommitted ones (#truncation)
-    on_a, on_b = batches(a_dir), batches(run.cluster.log_dir(f"broker-{b}"))
+    on_a, on_b = _batches(run, a, "ep"), _batches(run, b, "ep")
     differ = {o: (on_a[o], on_b[o]) for o in sorted(set(on_a) & set(on_b)) if on_a[o] != on_b[o]}
     assert not differ, (
         f"broker {a}, back in the ISR as broker {b}'s follower, kept records it wrote as leader "
@@ -487,7 +502,7 @@ def test_a_follower_that_missed_an_epoch_truncates_when_its_old_leader_returns(
     wait_for(lambda: zk.lai("ep", 0).leader == a, 60, f"broker {a} leading ep/0 again")
     nemesis.heal()
     wait_for(lambda: c in zk.lai("ep", 0).isr, 60, f"broker {c} back in the ISR")
-    on_a, on_c = batches(a_dir), batches(c_dir)
+    on_a, on_c = _batches(run, a, "ep"), _batches(run, c, "ep")
     differ = {o: (on_a[o], on_c[o]) for o in sorted(set(on_a) & set(on_c)) if on_a[o] != on_c[o]}
     assert not differ and set(on_c) <= set(on_a), (
         f"broker {c} disagrees with its leader {a} after missing an epoch: batches "
@@ -505,6 +520,75 @@ def test_a_follower_that_missed_an_epoch_truncates_when_its_old_leader_returns(
     assert answer == (E.NONE, first_epoch, next_start), (
         f"OffsetForLeaderEpoch({first_epoch}) answered (error, epoch, end offset) {answer}; "
         f"the leader's log has epoch {first_epoch} end at {next_start}")
+
+
+def test_a_follower_the_controller_cannot_reach_is_fenced_when_its_old_leader_returns(
+        chaos_run, nemesis):
+    """docs/design.md#fencing, #leader-epoch, #truncation, #g-replicas-agree
+    (Kafka's KAFKA-6880). Follower C of zf/0 is cut off from ZooKeeper, not
+    from the brokers: it keeps fetching from leader A, and once its session
+    expired the controller B sends it nothing. B is frozen while C fetches
+    A's uncommitted tail; A freezes and its session expires: B leads. A,
+    back as B's follower, replaces that tail with B's records; a preferred
+    election makes A leader again. C's next fetch, at the end of its tail,
+    names a leader epoch older than A's: A must fence it. Served, C would
+    append B's records after its stale tail, and its epoch cache would hide
+    that from the truncation it makes when it can hear the controller again:
+    the replicas would disagree for good."""
+    run = chaos_run
+    zk = ZkView(run.zk)
+    a = _led_by_a_follower_of_the_controller(run, zk, "zf")
+    b = zk.controller()
+    c = next(x for x in (1, 2, 3) if x not in (a, b))
+    conn = _connect_leader(run, a, "zf")
+    try:
+        assert kafka_wire.produce(conn, "zf", 0, [b"1"] * 10)[0] == E.NONE
+        nemesis.inject("partition-zk", f"broker-{c}")   # C keeps its links to the brokers
+        # B stays frozen for less than a session timeout, and A freezes
+        # within the lag time of B's freeze: B leaves neither the brokers
+        # nor the ISR. A record first wakes B's waiting fetch: the answer in
+        # B's socket when it wakes up must not hold A's tail. (All of it
+        # takes well under a second.)
+        frozen_b = nemesis.inject("pause", f"broker-{b}")
+        assert kafka_wire.produce(conn, "zf", 0, [b"2"], acks=1)[0] == E.NONE
+        wait_for(lambda: _log_end(run, c, "zf") == 11, 5, f"broker {c} fetching offset 10",
+                 interval=0.01)
+        assert kafka_wire.produce(conn, "zf", 0, [b"3"] * 5, acks=1)[0] == E.NONE
+        wait_for(lambda: _log_end(run, c, "zf") == 16, 5,
+                 f"broker {c} fetching broker {a}'s tail 11..15", interval=0.01)
+    finally:
+        conn.close()
+    frozen_a = nemesis.inject("pause", f"broker-{a}")
+    frozen_b.stop()    # A, frozen, answers none of B's fetches
+    _expire_session(run, c)   # first: B's election must not be sent to C
+    _expire_session(run, a)
+    wait_for(lambda: zk.lai("zf", 0).leader == b, 30, f"broker {b} leading zf/0")
+    b_end = _log_end(run, b, "zf")
+    assert b_end <= 11, (f"broker {b}, elected, holds broker {a}'s tail (log end {b_end}): "
+                         f"the scenario did not play out")
+    frozen_a.stop()    # A registers again and follows B
+    conn = _connect_leader(run, b, "zf")
+    try:   # one record a batch: A's log gets a batch start at C's log end
+        for _ in range(16 + 2 - b_end):
+            assert kafka_wire.produce(conn, "zf", 0, [b"4"], acks=1)[0] == E.NONE
+    finally:
+        conn.close()
+    wait_for(lambda: a in zk.lai("zf", 0).isr, 60, f"broker {a} back in the ISR")
+    admin.preferred_election(run.zk, "zf")
+    wait_for(lambda: zk.lai("zf", 0).leader == a, 60, f"broker {a} leading zf/0 again")
+    _connect_leader(run, a, "zf").close()
+    # C's next fetch, within replica.fetch.backoff.ms (1 s) of the last one
+    # A refused as a follower: fenced, C's log stays as it is
+    wait_until(lambda: _log_end(run, c, "zf") > 16, 5, 0.1)
+    nemesis.heal()
+    wait_for(lambda: c in zk.lai("zf", 0).isr, 60, f"broker {c} back in the ISR")
+    on_a, on_c = _batches(run, a, "zf"), _batches(run, c, "zf")
+    differ = {o: (on_a[o], on_c[o]) for o in sorted(set(on_a) & set(on_c)) if on_a[o] != on_c[o]}
+    assert not differ and set(on_c) <= set(on_a), (
+        f"broker {c}, which the controller could not reach while the leadership went "
+        f"{a} -> {b} -> {a}, disagrees with its leader {a}: batches (base offset: (last offset, "
+        f"leader epoch, CRC) on {a}, on {c}) {differ}; batch starts only on {c}: "
+        f"{sorted(set(on_c) - set(on_a))}")
 
 
 def test_a_topic_created_again_does_not_get_the_deleted_topic_s_records(chaos_run, nemesis):
