@@ -245,3 +245,132 @@ def offset_for_leader_epoch(conn: KafkaConnection, topic: str, partition: int,
             partition=partition, leader_epoch=leader_epoch)])])
     p = resp.topics[0].partitions[0]
     return p.error_code, p.leader_epoch, p.end_offset
+
+
+# -- Consumer groups ----------------------------------------------------------------------------
+# One request each, as a group member's client sends it; every answer's error
+# code is returned, so a scenario sees exactly what the coordinator said.
+
+def find_coordinator(conn: KafkaConnection, group: str) -> tuple[int, int, str, int]:
+    """(error, node id, host, port) of FindCoordinator v1 for consumer group `group`."""
+    from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
+    resp = conn.call(FindCoordinatorRequest, FindCoordinatorResponse, 1, key=group, key_type=0)
+    return resp.error_code, resp.node_id, resp.host, resp.port
+
+
+@dataclass
+class JoinResult:
+    error: int
+    generation: int
+    protocol: str
+    leader: str                     # the leader's member id
+    member_id: str
+    members: dict[str, bytes]       # member id -> its metadata: in the leader's answer only
+
+
+def join_group(conn: KafkaConnection, group: str, member_id: str = "", *,
+               protocols: list[tuple[str, bytes]] | None = None,
+               protocol_type: str = "consumer", session_timeout_ms: int = 10000,
+               rebalance_timeout_ms: int = 30000) -> JoinResult:
+    """JoinGroup v2: join `group` (without a member id: as a new member),
+    offering `protocols` (name, metadata) in order of preference (default
+    one protocol, "range"). The answer comes when the rebalance completes:
+    the connection's socket timeout must outlast it."""
+    from kafka.protocol.consumer import JoinGroupRequest, JoinGroupResponse
+    proto = JoinGroupRequest.JoinGroupRequestProtocol
+    offered = [("range", b"")] if protocols is None else protocols
+    resp = conn.call(JoinGroupRequest, JoinGroupResponse, 2, group_id=group,
+                     session_timeout_ms=session_timeout_ms,
+                     rebalance_timeout_ms=rebalance_timeout_ms, member_id=member_id,
+                     protocol_type=protocol_type,
+                     protocols=[proto(name=n, metadata=m) for n, m in offered])
+    return JoinResult(resp.error_code, resp.generation_id, resp.protocol_name or "",
+                      resp.leader or "", resp.member_id or "",
+                      {m.member_id: bytes(m.metadata or b"") for m in resp.members or []})
+
+
+def sync_group(conn: KafkaConnection, group: str, generation: int, member_id: str,
+               assignments: dict[str, bytes] | None = None) -> tuple[int, bytes]:
+    """(error, this member's assignment) of SyncGroup v1; the leader brings
+    `assignments` (member id -> assignment), the others none. Waits for the
+    leader's SyncGroup while the group completes its rebalance."""
+    from kafka.protocol.consumer import SyncGroupRequest, SyncGroupResponse
+    assignment = SyncGroupRequest.SyncGroupRequestAssignment
+    resp = conn.call(SyncGroupRequest, SyncGroupResponse, 1, group_id=group,
+                     generation_id=generation, member_id=member_id,
+                     assignments=[assignment(member_id=m, assignment=a)
+                                  for m, a in (assignments or {}).items()])
+    return resp.error_code, bytes(resp.assignment or b"")
+
+
+def heartbeat(conn: KafkaConnection, group: str, generation: int, member_id: str) -> int:
+    """The error of Heartbeat v1 (REBALANCE_IN_PROGRESS: join again)."""
+    from kafka.protocol.consumer import HeartbeatRequest, HeartbeatResponse
+    resp = conn.call(HeartbeatRequest, HeartbeatResponse, 1, group_id=group,
+                     generation_id=generation, member_id=member_id)
+    return resp.error_code
+
+
+def leave_group(conn: KafkaConnection, group: str, member_id: str) -> int:
+    """The error of LeaveGroup v1."""
+    from kafka.protocol.consumer import LeaveGroupRequest, LeaveGroupResponse
+    resp = conn.call(LeaveGroupRequest, LeaveGroupResponse, 1, group_id=group,
+                     member_id=member_id)
+    return resp.error_code
+
+
+def offset_commit(conn: KafkaConnection, group: str, offsets: dict[tuple[str, int], int], *,
+                  generation: int = -1, member_id: str = "", metadata: str = ""
+                  ) -> dict[tuple[str, int], int]:
+    """OffsetCommit v2 of `offsets` ((topic, partition) -> offset) with
+    `metadata` on each: (topic, partition) -> error. Generation -1 and no
+    member id: a group that uses the broker for its offsets only. Waits
+    for the commit's replication (offsets.commit.timeout.ms)."""
+    from kafka.protocol.consumer import OffsetCommitRequest, OffsetCommitResponse
+    topic_cls = OffsetCommitRequest.OffsetCommitRequestTopic
+    part_cls = topic_cls.OffsetCommitRequestPartition
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition), offset in offsets.items():
+        by_topic.setdefault(topic, []).append(part_cls(
+            partition_index=partition, committed_offset=offset, committed_metadata=metadata))
+    resp = conn.call(OffsetCommitRequest, OffsetCommitResponse, 2, group_id=group,
+                     generation_id_or_member_epoch=generation, member_id=member_id,
+                     retention_time_ms=-1,
+                     topics=[topic_cls(name=t, partitions=ps) for t, ps in by_topic.items()])
+    return {(t.name, p.partition_index): p.error_code
+            for t in resp.topics for p in t.partitions}
+
+
+def offset_fetch(conn: KafkaConnection, group: str,
+                 partitions: list[tuple[str, int]] | None = None
+                 ) -> tuple[int, dict[tuple[str, int], tuple[int, str]]]:
+    """(error, (topic, partition) -> (committed offset, metadata)) of
+    OffsetFetch v3 for `partitions`, or every partition the group has
+    committed when None. Offset -1: nothing committed. The error is the
+    answer's own, else the first partition's error."""
+    from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
+    topic_cls = OffsetFetchRequest.OffsetFetchRequestTopic
+    topics = None
+    if partitions is not None:
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions:
+            by_topic.setdefault(topic, []).append(partition)
+        topics = [topic_cls(name=t, partition_indexes=ps) for t, ps in by_topic.items()]
+    resp = conn.call(OffsetFetchRequest, OffsetFetchResponse, 3, group_id=group, topics=topics)
+    error = resp.error_code
+    found: dict[tuple[str, int], tuple[int, str]] = {}
+    for t in resp.topics or []:
+        for p in t.partitions:
+            found[(t.name, p.partition_index)] = (p.committed_offset, p.metadata or "")
+            if not error and p.error_code:
+                error = p.error_code
+    return error, found
+
+
+def describe_group(conn: KafkaConnection, group: str) -> tuple[int, str, str, list[str]]:
+    """(error, state, protocol, member ids) of DescribeGroups v1 for `group`."""
+    from kafka.protocol.admin import DescribeGroupsRequest, DescribeGroupsResponse
+    resp = conn.call(DescribeGroupsRequest, DescribeGroupsResponse, 1, groups=[group])
+    g = resp.groups[0]
+    return (g.error_code, g.group_state or "", g.protocol_data or "",
+            [m.member_id for m in g.members or []])
