@@ -217,4 +217,52 @@ MUTANTS: list[Mutant] = [
            "    if crc != h.crc:",
            "    if crc != h.crc and False:",
            "g-log", "batches that fail their CRC are appended and survive recovery"),
+    # -- consumer groups (docs/design.md#groups; suites/test_suite_groups.py) -------------------
+    Mutant("commit-stale-generation-accepted", "cluster/server/group_coordinator.py",
+           "        if generation_id != group.generation_id:\n            return all_(E.ILLEGAL_GENERATION)",
+           "        if False:\n            return all_(E.ILLEGAL_GENERATION)",
+           "groups", "a member of a former generation commits over its successor's offsets"),
+    Mutant("commit-acked-before-replicated", "cluster/server/group_metadata_manager.py",
+           "        if err == E.NONE and p.hw < required:",
+           "        if False and p.hw < required:",
+           "groups", "a commit is acknowledged once the coordinator appended it, before the "
+                     "offsets partition's ISR holds it: a coordinator failure loses it"),
+    Mutant("offsets-load-first-record-wins", "cluster/server/group_metadata_manager.py",
+           "            group[(key.topic, key.partition)] = value",
+           "            group.setdefault((key.topic, key.partition), value)",
+           "groups", "a new coordinator loads a partition's first commit, not its last: "
+                     "committed offsets go back after a failover"),
+    Mutant("member-never-expires", "cluster/server/group_coordinator.py",
+           "                or member.latest_heartbeat_ms + member.session_timeout_ms > deadline):",
+           "                or member.latest_heartbeat_ms + member.session_timeout_ms >= deadline):",
+           "groups", "a member that stopped heartbeating keeps its partitions for good"),
+    Mutant("waiting-member-expires", "cluster/server/group_coordinator.py",
+           "        if (member.awaiting_join is not None or member.awaiting_sync is not None",
+           "        if (member.awaiting_sync is not None",
+           "groups", "a member waiting in a JoinGroup is removed for missing heartbeats meanwhile"),
+    Mutant("sync-delivers-leader-assignment", "cluster/server/group_coordinator.py",
+           '                m.assignment = assignments.get(m.member_id, b"")',
+           '                m.assignment = assignments.get(member_id, b"")',
+           "groups", "every member gets the leader's assignment: partitions consumed twice, "
+                     "others never"),
+    Mutant("unloaded-join-never-answered", "cluster/server/group_coordinator.py",
+           "            if previous is S.PREPARING_REBALANCE and m.awaiting_join is not None:",
+           "            if False and m.awaiting_join is not None:",
+           "groups", "a JoinGroup waiting when its coordinator lost the offsets partition is "
+                     "never answered, so its member never finds the new coordinator"),
+    Mutant("any-broker-coordinates", "cluster/server/group_metadata_manager.py",
+           "        if owned is None:\n            return E.NOT_COORDINATOR",
+           "        if owned is None:\n            return E.NONE",
+           "groups", "a broker that does not lead the group's offsets partition serves the "
+                     "group: two coordinators, two memberships"),
+    Mutant("offset-fetch-another-group", "cluster/server/group_metadata_manager.py",
+           "        group = self.groups.get(group_id)\n        known = {}",
+           "        group = self.groups.get(group_id) or next(iter(self.groups.values()), None)\n"
+           "        known = {}",
+           "groups", "OffsetFetch for a group without commits answers another group's offsets"),
+    Mutant("group-partition-plain-abs", "cluster/server/offsets_topic.py",
+           "    return (0 if h == -(1 << 31) else abs(h)) % partitions",
+           "    return abs(h) % partitions",
+           "groups", "a group whose hash is Integer.MIN_VALUE maps to another partition than "
+                     "Kafka's Utils.abs gives it"),
 ]
