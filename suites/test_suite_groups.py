@@ -386,8 +386,11 @@ def test_the_coordinator_is_the_leader_of_the_group_s_offsets_partition(chaos_ru
         wrong = {api: E.name(err) for api, err in answered.items() if err != E.NOT_COORDINATOR}
         assert not wrong, (f"broker {b}, not the coordinator of {group} (broker {coordinator} "
                            f"is), answered {wrong}, not NOT_COORDINATOR")
-    assert _offsets(run, coordinator, group, [("nc", 0)]) == {("nc", 0): -1}, (
-        "a commit sent to a broker that is not the coordinator was stored")
+    stored = _offsets(run, coordinator, group, [("nc", 0)])
+    assert stored == {("nc", 0): -1}, (
+        f"group {group} committed only at brokers that are not its coordinator, and its "
+        f"coordinator's OffsetFetch answers {stored}: a refused commit was stored, or the "
+        f"answer is another group's")
 
     leader = zk.lai(OFFSETS, 0).leader
     conn = _connect(run, leader)
