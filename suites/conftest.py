@@ -26,13 +26,16 @@ def pytest_addoption(parser):
 # (the fixed configuration first), then the short scripted scenarios of the
 # famous anomalies.
 ORDER = ("smoke", "pressure", "scenario")
+# Within a tier, the replication guarantees come before the consumer groups'.
+LEAD = ("test_suite_guarantees.py", "test_suite_pressure.py")
 
 
-def _rank(item) -> int:
+def _rank(item) -> tuple[int, int]:
+    lead = 0 if Path(str(item.fspath)).name in LEAD else 1
     for i, marker in enumerate(ORDER):
         if item.get_closest_marker(marker) is not None:
-            return i
-    return len(ORDER)
+            return i, lead
+    return len(ORDER), lead
 
 
 @pytest.hookimpl(tryfirst=True)
