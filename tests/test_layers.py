@@ -106,6 +106,25 @@ def layer_violations(graph: dict[str, set[str]]) -> list[str]:
                   if d.split(".")[0] not in MAY_IMPORT[m.split(".")[0]])
 
 
+# What of the system under test the other layers may use (docs/architecture.md):
+# its configuration, ZooKeeper layout, admin operations, the deadline helper,
+# the on-disk format (disk faults), the wire codecs and error codes (probes,
+# the fuzzer) and the group -> offsets partition mapping (coordinator targets).
+CLUSTER_PUBLIC = ("cluster.config", "cluster.zkpaths", "cluster.admin", "cluster.deadline",
+                  "cluster.log.crash", "cluster.log.batch", "cluster.protocol",
+                  "cluster.server.offsets_topic")
+
+
+def private_cluster_uses(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{m} imports {d}" for m, deps in graph.items() for d in deps
+                  if not m.startswith("cluster") and d.startswith("cluster")
+                  and not any(d == p or d.startswith(p + ".") for p in CLUSTER_PUBLIC))
+
+
+def test_other_layers_use_only_the_public_pieces_of_cluster():
+    assert private_cluster_uses(import_graph(REPO)) == []
+
+
 def test_the_product_has_no_import_cycle():
     assert cycles(import_graph(REPO)) == []
 
@@ -124,9 +143,14 @@ def test_the_checks_find_a_cycle_and_a_layer_violation(tmp_path):
     (tmp_path / "reports").mkdir()
     (tmp_path / "reports" / "__init__.py").write_text("")
     (tmp_path / "reports" / "r.py").write_text("def f():\n    import cluster.a\n")
-    graph = import_graph(tmp_path, ("cluster", "reports"))
+    (tmp_path / "faults").mkdir()
+    (tmp_path / "faults" / "__init__.py").write_text("")
+    (tmp_path / "faults" / "f.py").write_text("from cluster.b import Y\n")
+    graph = import_graph(tmp_path, ("cluster", "reports", "faults"))
     assert cycles(graph) == [["cluster.a", "cluster.b"]]
     assert layer_violations(graph) == ["reports.r imports cluster.a"]
+    assert private_cluster_uses(graph) == ["faults.f imports cluster.b",
+                                           "reports.r imports cluster.a"]
 
 
 # -- citations in the product's comments ----------------------------------------
