@@ -56,6 +56,27 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: 
     return value
 
 
+def expire_broker_session(run: Any, broker: int) -> None:
+    """Expire `broker`'s ZooKeeper session now, as ZooKeeper does once it has
+    not heard from it for a session timeout: the controller handles it as
+    failed now. A broker that can reach ZooKeeper registers again at once."""
+    from faults.injectors.zookeeper import expire_session, read_session
+    session, password = read_session(run.cluster, f"broker-{broker}")
+    expire_session(run.cluster.zookeeper_connect, session, password)
+
+
+def crash_broker(run: Any, nemesis: Any, broker: int) -> Any:
+    """Kill `broker` (SIGKILL) and expire its ZooKeeper session at once, as
+    ZooKeeper itself does a session timeout later: the controller handles
+    the failure now, not SESSION_TIMEOUT_S from now. Returns the injector
+    (its stop() restarts the broker)."""
+    from faults.injectors.zookeeper import expire_session, read_session
+    session, password = read_session(run.cluster, f"broker-{broker}")  # before the kill
+    killed = nemesis.inject("kill", f"broker-{broker}")
+    expire_session(run.cluster.zookeeper_connect, session, password)
+    return killed
+
+
 def assert_valid(run: Any, checker: str | None = None) -> dict[str, Any]:
     """The run's verdict must be valid: no fatal anomaly, final reads
     complete, and every oracle that has an input here checked. On failure

@@ -29,10 +29,9 @@ import pytest
 from cluster import admin, zkpaths
 from cluster.deadline import wait_until
 from cluster.protocol import errors as E
-from faults.injectors.zookeeper import expire_session, read_session
 from faults.nemesis import Schedule, make_schedule
 from harness import kafka_wire
-from suite_helpers import SAFE, ZkView, assert_valid, wait_for
+from suite_helpers import SAFE, ZkView, assert_valid, crash_broker, wait_for
 
 pytestmark = [pytest.mark.docker]
 
@@ -195,16 +194,6 @@ def _move_offsets_leadership(run, zk: ZkView, partition: int) -> int:
              f"broker {to} elected leader of {OFFSETS}/{partition}")
     return to
 
-
-def _crash(run, nemesis, broker: int):
-    """Kill `broker` (SIGKILL) and expire its ZooKeeper session at once, as
-    ZooKeeper itself does a session timeout later. Returns the injector
-    (its stop() restarts the broker)."""
-    node = f"broker-{broker}"
-    session, password = read_session(run.cluster, node)
-    killed = nemesis.inject("kill", node)
-    expire_session(run.cluster.zookeeper_connect, session, password)
-    return killed
 
 
 class _Pending:
@@ -766,7 +755,7 @@ def test_a_committed_offset_survives_its_coordinator_s_failure(chaos_run, nemesi
         member.close()
     acknowledged = {g1: {p0: (8, ""), p1: (3, "")}, g2: {p0: (11, "g2")}}
 
-    killed = _crash(run, nemesis, c)
+    killed = crash_broker(run, nemesis, c)
     survivors = [b for b in (1, 2, 3) if b != c]
     new = wait_for(lambda: zk.lai(OFFSETS, partition).leader in survivors
                    and zk.lai(OFFSETS, partition).leader, 30,

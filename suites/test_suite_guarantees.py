@@ -23,7 +23,8 @@ from cluster.protocol import errors as E
 from faults.injectors.zookeeper import expire_session, read_session
 from harness import kafka_wire, probes
 from harness.replicas import HW_CHECKPOINT, high_watermarks, read_broker
-from suite_helpers import SAFE, SESSION_TIMEOUT_S, ZkView, wait_for
+from suite_helpers import (SAFE, SESSION_TIMEOUT_S, ZkView, crash_broker, expire_broker_session,
+                           wait_for)
 
 pytestmark = [pytest.mark.docker, pytest.mark.smoke]
 
@@ -81,17 +82,6 @@ def _create_led_by(run, zk: ZkView, topic: str, replicas: list[int]) -> None:
              f"broker {replicas[0]} leading {topic}/0 with a full ISR")
 
 
-def _crash(run, nemesis, broker: int):
-    """Kill `broker` (SIGKILL) and expire its ZooKeeper session at once, as
-    ZooKeeper itself does a session timeout later: the controller handles
-    the failure now, not SESSION_TIMEOUT_S from now. Returns the injector
-    (its stop() restarts the broker)."""
-    node = f"broker-{broker}"
-    session, password = read_session(run.cluster, node)
-    killed = nemesis.inject("kill", node)
-    expire_session(run.cluster.zookeeper_connect, session, password)
-    return killed
-
 
 def _led_by_one_preferring_the_controller(run, zk: ZkView, topic: str) -> tuple[int, int, int]:
     """Create `topic` (one partition, three replicas) led by L, not the
@@ -115,13 +105,6 @@ def _led_by_a_follower_of_the_controller(run, zk: ZkView, topic: str) -> int:
     _create_led_by(run, zk, topic, [leader] + [b for b in (1, 2, 3) if b != leader])
     return leader
 
-
-def _expire_session(run, broker: int) -> None:
-    """Expire `broker`'s ZooKeeper session now, as ZooKeeper does once it
-    has not heard from it for a session timeout: the controller handles it
-    as failed. A broker that can reach ZooKeeper registers again at once."""
-    session, password = read_session(run.cluster, f"broker-{broker}")
-    expire_session(run.cluster.zookeeper_connect, session, password)
 
 
 def _log_end(run, broker: int, topic: str) -> int:
@@ -264,7 +247,7 @@ def test_isr_shrink_refusals_and_caught_up_rejoin(chaos_run, nemesis):
     nemesis.heal()
     wait_for(lambda: follower in zk.lai("i", 0).isr, 60, f"broker {follower} back in the ISR",
              interval=0.01)
-    _crash(run, nemesis, leader)
+    crash_broker(run, nemesis, leader)
     wait_for(lambda: zk.lai("i", 0).leader == follower, 60, f"broker {follower} elected")
     fconn = _connect_leader(run, follower, "i")
     try:
@@ -428,10 +411,10 @@ def test_a_new_replica_restarted_during_its_reassignment_keeps_its_log(chaos_run
     nemesis.inject("pause", f"broker-{c}")
     admin.reassign(run.zk, {("rr", 0): [a, b, c]})
     wait_for(lambda: b in zk.lai("rr", 0).isr, 30, f"broker {b} in rr/0's ISR")
-    killed_a = _crash(run, nemesis, a)
+    killed_a = crash_broker(run, nemesis, a)
     wait_for(lambda: zk.lai("rr", 0).leader == b, 30,
              f"broker {b} leading rr/0 once broker {a} is gone")
-    killed_b = _crash(run, nemesis, b)
+    killed_b = crash_broker(run, nemesis, b)
     wait_for(lambda: b not in zk.registered(), 10, f"broker {b} gone")
     assert run.zk.exists(zkpaths.REASSIGN_PARTITIONS) is not None, "the reassignment finished"
     killed_b.stop()
@@ -477,7 +460,7 @@ def test_a_follower_that_missed_an_epoch_truncates_when_its_old_leader_returns(
     wait_for(lambda: _log_end(run, c, "ep") == 60, 10,
              f"broker {c} fetching the records broker {b} lacks")
     nemesis.inject("partition-isolate", f"broker-{c}")
-    killed = _crash(run, nemesis, a)
+    killed = crash_broker(run, nemesis, a)
     frozen.stop()
     wait_for(lambda: zk.lai("ep", 0).leader == b, 60, f"broker {b} leading ep/0")
     conn = _connect_leader(run, b, "ep")
@@ -560,8 +543,8 @@ def test_a_follower_the_controller_cannot_reach_is_fenced_when_its_old_leader_re
         conn.close()
     frozen_a = nemesis.inject("pause", f"broker-{a}")
     frozen_b.stop()    # A, frozen, answers none of B's fetches
-    _expire_session(run, c)   # first: B's election must not be sent to C
-    _expire_session(run, a)
+    expire_broker_session(run, c)   # first: B's election must not be sent to C
+    expire_broker_session(run, a)
     wait_for(lambda: zk.lai("zf", 0).leader == b, 30, f"broker {b} leading zf/0")
     b_end = _log_end(run, b, "zf")
     assert b_end <= 11, (f"broker {b}, elected, holds broker {a}'s tail (log end {b_end}): "
@@ -610,7 +593,7 @@ def test_a_topic_created_again_does_not_get_the_deleted_topic_s_records(chaos_ru
         assert kafka_wire.produce(conn, "tt", 0, [b"old"] * 20)[0] == E.NONE
     finally:
         conn.close()
-    killed = _crash(run, nemesis, d)
+    killed = crash_broker(run, nemesis, d)
     wait_for(lambda: d not in zk.registered(), 10, f"broker {d} gone")
     admin.delete_topic(run.zk, "tt", wait=True, timeout=60)
     run.create_topics({"tt": 1}, 3, assignment={"tt": {0: [d, a, b]}})
