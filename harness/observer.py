@@ -81,7 +81,7 @@ def zookeeper_state(zk: Any) -> dict[str, Any]:
             zk.get(zkpaths.REASSIGN_PARTITIONS)[0]).items()}
     except NoNodeError:
         reassigning = {}
-    partitions = []
+    partitions, unelected = [], []
     for topic in sorted(zk.get_children(zkpaths.TOPICS)):
         try:
             assignment = zkpaths.TopicAssignment.decode(zk.get(zkpaths.topic_path(topic))[0])
@@ -91,14 +91,16 @@ def zookeeper_state(zk: Any) -> dict[str, Any]:
             try:
                 data, stat = zk.get(zkpaths.leader_and_isr_path(topic, p))
             except NoNodeError:
-                continue  # not elected yet
+                unelected.append(f"{topic}/{p}")  # assigned, no leader elected yet
+                continue
             lai = zkpaths.LeaderAndIsr.decode(data, stat.version)
             partitions.append({"topic": topic, "partition": p, "replicas": list(replicas),
                                "leader": lai.leader, "leader_epoch": lai.leader_epoch,
                                "isr": sorted(lai.isr), "zk_version": lai.zk_version,
                                "controller_epoch": lai.controller_epoch})
     return {"controller": controller, "controller_epoch": controller_epoch,
-            "live_brokers": live, "reassigning": reassigning, "partitions": partitions}
+            "live_brokers": live, "reassigning": reassigning, "partitions": partitions,
+            "unelected": unelected}
 
 
 class PeriodicSampler:
@@ -160,6 +162,8 @@ def _not_recovered(state: dict[str, Any], brokers: list[int]) -> list[str]:
         wrong.append("no controller")
     for tp in state["reassigning"]:
         wrong.append(f"{tp}: reassignment pending")
+    for tp in state.get("unelected", ()):
+        wrong.append(f"{tp}: assigned, but no leader was ever elected")
     for p in state["partitions"]:
         tp = f"{p['topic']}/{p['partition']}"
         if p["leader"] not in live:
