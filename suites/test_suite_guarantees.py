@@ -150,6 +150,45 @@ def test_requests_of_a_deposed_controller_are_refused(chaos_run, nemesis):
         f"broker {follower}'s replica of probe/0 is gone")
 
 
+def test_partitions_added_while_the_controller_fails_over_are_created_and_led(
+        chaos_run, nemesis):
+    """docs/design.md#partitions, #controller-failover, #g-recovery. Two
+    partitions are asked for (the admin's znode) while the controller is
+    frozen; its session expires and another broker takes over. The new
+    controller must carry out the request that was waiting when it started:
+    both partitions assigned as asked, led with a full ISR, taking acks=all
+    writes; and the broker that comes back from the freeze must not act as
+    controller on it."""
+    run = chaos_run
+    zk = ZkView(run.zk)
+    run.create_topics({"ap": 1}, 3)
+    wait_for(lambda: zk.fully_replicated({"ap": 1}), 30, "a full ISR")
+    c = wait_for(zk.controller, 30, "a controller")
+    frozen = nemesis.inject("pause", f"broker-{c}")
+    try:
+        asked = admin.add_partitions(run.zk, "ap", 3)
+        expire_broker_session(run, c)
+        wait_for(lambda: zk.controller() not in (None, c), 30,
+                 f"a controller other than the frozen broker {c}")
+    finally:
+        frozen.stop()
+    wait_for(lambda: zk.fully_replicated({"ap": 3}), 60,
+             "ap/1 and ap/2 led with a full ISR after the controller failover")
+    got = zk.assignment("ap")
+    assert {p: list(got[p]) for p in asked} == asked, (
+        f"the partitions asked for were {asked}; ZooKeeper assigns {got}")
+    assert run.zk.exists(zkpaths.partitions_add_path("ap")) is None, (
+        "the request to add partitions to ap is still pending")
+    for p in sorted(asked):
+        leader = zk.lai("ap", p).leader
+        conn = _connect(run, leader)
+        try:
+            wait_for(lambda: kafka_wire.produce(conn, "ap", p, [b"x"])[0] == E.NONE, 30,
+                     f"an acks=all write to ap/{p} at its leader {leader}")
+        finally:
+            conn.close()
+
+
 def test_isr_shrink_refusals_and_caught_up_rejoin(chaos_run, nemesis):
     """docs/design.md#isr, #acks, on a partition with two replicas (leader L,
     follower F) and min ISR 2:

@@ -221,9 +221,7 @@ MUTANTS: list[Mutant] = [
            "            log.info(\"controller %d: added partitions %s to topic %s\", self.broker_id, sorted(adds), t)\n"
            "            self._on_new_partitions(tps)",
            "            log.info(\"controller %d: added partitions %s to topic %s\", self.broker_id, sorted(adds), t)",
-           "g-recovery", "partitions added to a topic are assigned but never get a leader (killed by "
-                         "suites/test_suite_faults.py::test_fault_kind[add-partitions] in 99 s run alone, "
-                         "through the recovery check of unelected partitions)"),
+           "g-recovery", "partitions added to a topic are assigned but never get a leader"),
     # -- consumer groups (docs/design.md#groups; suites/test_suite_groups.py) -------------------
     Mutant("commit-stale-generation-accepted", "cluster/server/group_coordinator.py",
            "        if generation_id != group.generation_id:\n            return all_(E.ILLEGAL_GENERATION)",
