@@ -70,17 +70,7 @@ class Broker:
         log.info("connected to ZooKeeper %s (session %#x), start epoch %d",
                  cfg["zookeeper.connect"], zk.session_id, self.start_epoch)
 
-        # A replica a pending reassignment is moving here is in the new
-        # replicas (RAR) only, not yet in the assignment: it is kept
-        # (docs/design.md#broker-startup). Read first, so that a reassignment
-        # completing meanwhile shows in the assignment read next.
-        reassigning = await zk.call(zk.pending_reassignment)
-        assignments = await zk.call(zk.topic_assignments)
-        assigned = {(t, p): a.topic_id for t, a in assignments.items()
-                    for p, replicas in a.partitions.items() if self.broker_id in replicas}
-        for tp, rar in reassigning.items():
-            if self.broker_id in rar:
-                assigned[tp] = assignments[tp[0]].topic_id if tp[0] in assignments else ""
+        assigned = await self._assigned_here()
         self.log_manager = LogManager(self.log_dir, LogConfig.from_broker_config(cfg))
         self.metadata = MetadataCache(self.broker_id, cfg.advertised)
         self.rm = ReplicaManager(cfg, self.log_manager, zk, self.metadata, self.start_epoch)
@@ -105,6 +95,21 @@ class Broker:
 
     # -- ZooKeeper registration -------------------------------------------------------------
 
+    async def _assigned_here(self) -> dict[tuple[str, int], str]:
+        """Each partition ZooKeeper assigns to this broker, with its topic id.
+        A replica a pending reassignment is moving here is in the new
+        replicas (RAR) only, not yet in the assignment: it counts too
+        (docs/design.md#broker-startup). Read first, so that a reassignment
+        completing meanwhile shows in the assignment read next."""
+        reassigning = await self.zk.call(self.zk.pending_reassignment)
+        assignments = await self.zk.call(self.zk.topic_assignments)
+        assigned = {(t, p): a.topic_id for t, a in assignments.items()
+                    for p, replicas in a.partitions.items() if self.broker_id in replicas}
+        for tp, rar in reassigning.items():
+            if self.broker_id in rar:
+                assigned[tp] = assignments[tp[0]].topic_id if tp[0] in assignments else ""
+        return assigned
+
     async def _register(self) -> None:
         host, port = self.cfg.advertised
         reg = BrokerRegistration(self.broker_id, host, port, self.start_epoch)
@@ -127,6 +132,10 @@ class Broker:
         try:
             self.start_epoch = await self.zk.call(self.zk.bump_start_epoch, self.broker_id)
             self.rm.start_epoch = self.start_epoch
+            # Counted dead meanwhile, this broker was told of no deletion; no
+            # controller request reaches it between the new epoch and the
+            # registration, so what it reads now is what it keeps.
+            self.rm.delete_unassigned(await self._assigned_here())
             await self._register()
         except Exception:
             log.exception("re-registration failed")

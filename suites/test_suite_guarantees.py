@@ -189,6 +189,52 @@ def test_partitions_added_while_the_controller_fails_over_are_created_and_led(
             conn.close()
 
 
+def test_admin_requests_waiting_through_a_controller_failover_are_carried_out(
+        chaos_run, nemesis):
+    """docs/design.md#controller-failover, #reassignment, #preferred-election,
+    #topics. A reassignment, a preferred election and a topic deletion are
+    asked for (the admin's znodes) while the controller is frozen; its
+    session expires and another broker takes over. The new controller must
+    find the three requests waiting and carry each out: the partition on its
+    new replicas with a full ISR, the preferred replica leading, the topic
+    gone from ZooKeeper and from every broker's log directory."""
+    run = chaos_run
+    zk = ZkView(run.zk)
+    c = wait_for(zk.controller, 30, "a controller")
+    others = [b for b in (1, 2, 3) if b != c]
+    # ra/0 moves from [others[0], c] to [others[1], others[0]]; pe/0 is led by
+    # others[0] while others[1] is preferred; dt is deleted.
+    _create_led_by(run, zk, "ra", [others[0], c])
+    _create_led_by(run, zk, "pe", [others[0], others[1], c])
+    admin.reassign(run.zk, {("pe", 0): [others[1], others[0], c]})
+    wait_for(lambda: zk.assignment("pe")[0] == (others[1], others[0], c)
+             and run.zk.exists(zkpaths.REASSIGN_PARTITIONS) is None, 30, "pe/0 reordered")
+    _create_led_by(run, zk, "dt", [c, others[0], others[1]])
+    frozen = nemesis.inject("pause", f"broker-{c}")
+    try:
+        admin.reassign(run.zk, {("ra", 0): [others[1], others[0]]})
+        admin.preferred_election(run.zk, "pe")
+        admin.delete_topic(run.zk, "dt")
+        expire_broker_session(run, c)
+        wait_for(lambda: zk.controller() not in (None, c), 30,
+                 f"a controller other than the frozen broker {c}")
+    finally:
+        frozen.stop()
+    wait_for(lambda: zk.assignment("ra")[0] == (others[1], others[0])
+             and set(zk.lai("ra", 0).isr) == {others[0], others[1]}
+             and run.zk.exists(zkpaths.REASSIGN_PARTITIONS) is None, 60,
+             f"ra/0 reassigned to {[others[1], others[0]]} with a full ISR")
+    wait_for(lambda: zk.lai("pe", 0).leader == others[1]
+             and run.zk.exists(zkpaths.PREFERRED_REPLICA_ELECTION) is None, 60,
+             f"the preferred replica {others[1]} leading pe/0")
+    wait_for(lambda: run.zk.exists(zkpaths.topic_path("dt")) is None
+             and run.zk.exists(zkpaths.delete_topic_path("dt")) is None, 60,
+             "topic dt deleted")
+    wait_for(lambda: not any(read_broker(run.cluster.log_dir(f"broker-{b}"), {"dt"})
+                             for b in (1, 2, 3)), 60,
+             "every broker's replica of dt removed from its log directory")
+
+
 def test_isr_shrink_refusals_and_caught_up_rejoin(chaos_run, nemesis):
     """docs/design.md#isr, #acks, on a partition with two replicas (leader L,
     follower F) and min ISR 2:

@@ -117,6 +117,19 @@ class ReplicaManager:
             p.rebuild_producer_state()
             log.info("loaded replica %s", p.describe())
 
+    def delete_unassigned(self, assigned: dict[tuple[str, int], str]) -> None:
+        """What load() does at startup, for a broker that registers again
+        after its ZooKeeper session expired: stop and delete the replicas no
+        longer assigned here, or assigned under another topic id (deleted,
+        maybe created again, while the controller counted this broker dead and
+        sent it nothing: docs/design.md#broker-startup)."""
+        for tp, p in sorted(self.partitions.items()):
+            if tp in assigned and not _other_topic(p.log.topic_id, assigned[tp]):
+                continue
+            log.info("deleting local replica %s-%d: no longer assigned to broker %d under its "
+                     "topic id", tp[0], tp[1], self.broker_id)
+            self._stop_replica(tp, delete=True)
+
     def start(self) -> None:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._isr_expiration_loop(), name="isr-expiration"))

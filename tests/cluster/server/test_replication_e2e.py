@@ -166,17 +166,23 @@ def test_clean_shutdown_and_restart_keep_data_and_hw(make_cluster):
     assert len(_consume_all(c, "restart", 2)) == 50
 
 
-def test_broker_reregisters_after_session_expiry(make_cluster):
+def _expire(c, broker: int) -> int:
+    """Expire `broker`'s ZooKeeper session (its own session file names it);
+    returns the expired session id."""
     from kazoo.client import KazooClient
-    c = make_cluster(1)
-    b = c.brokers[1]
-    sess = json.loads((b.log_dir / "zk-session.json").read_text())
-    old = c.zk.get(zkpaths.broker_path(1))[1].ephemeralOwner
-    assert old == sess["session_id"]
+    sess = json.loads((c.brokers[broker].log_dir / "zk-session.json").read_text())
     k = KazooClient(c.zk_hosts, client_id=(sess["session_id"], bytes.fromhex(sess["password"])))
     k.start()
     k.stop()
     k.close()
+    return sess["session_id"]
+
+
+def test_broker_reregisters_after_session_expiry(make_cluster):
+    c = make_cluster(1)
+    b = c.brokers[1]
+    old = c.zk.get(zkpaths.broker_path(1))[1].ephemeralOwner
+    assert _expire(c, 1) == old
 
     def reregistered():
         st = c.zk.exists(zkpaths.broker_path(1))
@@ -185,6 +191,32 @@ def test_broker_reregisters_after_session_expiry(make_cluster):
     new = json.loads((b.log_dir / "zk-session.json").read_text())
     wait_until(lambda: json.loads((b.log_dir / "zk-session.json").read_text())["session_id"]
                == c.zk.exists(zkpaths.broker_path(1)).ephemeralOwner, 5, "session file updated")
+
+
+def test_a_replica_deleted_while_its_broker_was_expired_goes_when_it_registers_again(
+        make_cluster):
+    """docs/design.md#topics, #broker-startup: topic gone is deleted while
+    broker 2's session has expired (the controller counts it dead and sends
+    it no StopReplica); topic kept is not. When broker 2 registers again it
+    must delete its replica of gone, and only that, as it would at startup."""
+    c = make_cluster(2)
+    c.hc.create_topic("gone", {0: (1, 2)})
+    c.hc.create_topic("kept", {0: (1, 2)})
+    b2 = c.brokers[2]
+    wait_until(lambda: (b2.log_dir / "gone-0").is_dir() and (b2.log_dir / "kept-0").is_dir(),
+               10, "broker 2's replicas")
+    old = _expire(c, 2)
+    # what the controller does for the live replica, then the znodes go
+    c.hc.send(1, control.StopReplicaRequest(c.hc.controller_id, c.hc.controller_epoch, True,
+                                            (control.TopicPartition("gone", 0),)))
+    c.zk.delete(zkpaths.topic_path("gone"), recursive=True)
+
+    def reregistered():
+        st = c.zk.exists(zkpaths.broker_path(2))
+        return st is not None and st.ephemeralOwner != old
+    wait_until(reregistered, 20, "broker 2 registered again")
+    assert not (b2.log_dir / "gone-0").exists(), "broker 2 kept its replica of the deleted topic"
+    assert (b2.log_dir / "kept-0").is_dir(), "broker 2 deleted its replica of a topic it still has"
 
 
 def test_requests_for_the_registration_before_a_session_expiry_are_refused(make_cluster):
