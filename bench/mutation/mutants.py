@@ -222,6 +222,11 @@ MUTANTS: list[Mutant] = [
            "            self._on_new_partitions(tps)",
            "            log.info(\"controller %d: added partitions %s to topic %s\", self.broker_id, sorted(adds), t)",
            "g-recovery", "partitions added to a topic are assigned but never get a leader"),
+    Mutant("reregistration-keeps-deleted-replicas", "cluster/broker.py",
+           "            self.rm.delete_unassigned(await self._assigned_here())\n",
+           "",
+           "g-topics", "a broker that registers again after its session expired keeps the "
+                       "replicas of topics deleted meanwhile (and leads them)"),
     # -- consumer groups (docs/design.md#groups; suites/test_suite_groups.py) -------------------
     Mutant("commit-stale-generation-accepted", "cluster/server/group_coordinator.py",
            "        if generation_id != group.generation_id:\n            return all_(E.ILLEGAL_GENERATION)",
