@@ -64,8 +64,11 @@ def config_name(broker_config: dict[str, Any]) -> str:
     """A configuration as people name it: the keys that decide the design's
     guarantees (docs/design.md#config), the rest left out."""
     c = broker_config or {}
+    unclean = c.get("unclean.leader.election.enable", True)
+    if isinstance(unclean, str):  # as given on the command line: "false"
+        unclean = unclean.strip().lower() not in ("false", "0", "no", "off")
     return (f"min-isr={c.get('min.insync.replicas', 1)} "
-            f"unclean={'on' if c.get('unclean.leader.election.enable', True) else 'off'} "
+            f"unclean={'on' if unclean else 'off'} "
             f"truncation={c.get('replication.truncation', 'hw')}")
 
 

@@ -47,6 +47,12 @@ def test_rows_of_a_checked_run():
 def test_config_names_say_what_decides_the_guarantees():
     assert config_name({}) == "min-isr=1 unclean=on truncation=hw"
     assert config_name(SAFE) == "min-isr=2 unclean=off truncation=leader-epoch"
+    # as `chaoslog run --broker-config KEY=VALUE` records them: strings
+    assert config_name({"min.insync.replicas": "2", "unclean.leader.election.enable": "false",
+                        "replication.truncation": "leader-epoch"}) == (
+        "min-isr=2 unclean=off truncation=leader-epoch")
+    assert config_name({"unclean.leader.election.enable": "true"}).startswith(
+        "min-isr=1 unclean=on")
 
 
 def _valid(root, name, config):
