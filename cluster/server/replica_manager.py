@@ -51,6 +51,18 @@ def _other_topic(local_id: str | None, topic_id: str) -> bool:
     return bool(local_id and topic_id and local_id != topic_id)
 
 
+def _stale_replica(tp: tuple[str, int], local_id: str | None,
+                   assigned: dict[tuple[str, int], str]) -> str | None:
+    """Why a local replica must go (docs/design.md#broker-startup): not
+    assigned to this broker any more, or assigned under another topic id
+    (deleted, maybe created again). None: it stays."""
+    if tp not in assigned:
+        return "no longer assigned to this broker"
+    if _other_topic(local_id, assigned[tp]):
+        return f"it belongs to topic id {local_id}, the topic now has id {assigned[tp]}"
+    return None
+
+
 def now_ms() -> int:
     return int(time.monotonic() * 1000)
 
@@ -102,14 +114,9 @@ class ReplicaManager:
         logs = self.log_manager.load_existing()
         hws = self.log_manager.read_high_watermarks()
         for tp, lg in logs.items():
-            if assigned is not None and tp not in assigned:
-                log.info("deleting local replica %s-%d: no longer assigned to broker %d",
-                         tp[0], tp[1], self.broker_id)
-                self.log_manager.delete_log(*tp)
-                continue
-            if assigned is not None and _other_topic(lg.topic_id, assigned[tp]):
-                log.info("deleting local replica %s-%d: it belongs to topic id %s, the topic "
-                         "now has id %s", tp[0], tp[1], lg.topic_id, assigned[tp])
+            why = None if assigned is None else _stale_replica(tp, lg.topic_id, assigned)
+            if why:
+                log.info("deleting local replica %s-%d: %s", tp[0], tp[1], why)
                 self.log_manager.delete_log(*tp)
                 continue
             p = self._new_partition(tp, lg)
@@ -124,11 +131,10 @@ class ReplicaManager:
         maybe created again, while the controller counted this broker dead and
         sent it nothing: docs/design.md#broker-startup)."""
         for tp, p in sorted(self.partitions.items()):
-            if tp in assigned and not _other_topic(p.log.topic_id, assigned[tp]):
-                continue
-            log.info("deleting local replica %s-%d: no longer assigned to broker %d under its "
-                     "topic id", tp[0], tp[1], self.broker_id)
-            self._stop_replica(tp, delete=True)
+            why = _stale_replica(tp, p.log.topic_id, assigned)
+            if why:
+                log.info("deleting local replica %s-%d: %s", tp[0], tp[1], why)
+                self._stop_replica(tp, delete=True)
 
     def start(self) -> None:
         loop = asyncio.get_running_loop()
