@@ -119,6 +119,19 @@ def _batches(run, broker: int, topic: str) -> dict[int, tuple]:
             in read_broker(run.cluster.log_dir(f"broker-{broker}"), {topic})[0]["batches"]}
 
 
+def _assert_holds_the_leader_s_batches(run, leader: int, follower: int, topic: str,
+                                       how: str) -> None:
+    """`follower`'s replica of `topic`/0 is a prefix of `leader`'s: the same
+    batch (last offset, leader epoch, CRC) at every base offset both have,
+    and no batch start the leader lacks (docs/design.md#g-replicas-agree)."""
+    on_l, on_f = _batches(run, leader, topic), _batches(run, follower, topic)
+    differ = {o: (on_l[o], on_f[o]) for o in sorted(set(on_l) & set(on_f)) if on_l[o] != on_f[o]}
+    assert not differ and set(on_f) <= set(on_l), (
+        f"broker {follower}, {how}, disagrees with its leader {leader}: batches (base offset: "
+        f"(last offset, leader epoch, CRC) on {leader}, on {follower}) {differ}; batch starts "
+        f"only on {follower}: {sorted(set(on_f) - set(on_l))}")
+
+
 def test_requests_of_a_deposed_controller_are_refused(chaos_run, nemesis):
     """docs/design.md#g-controller-epoch. After a controller failover,
     harness/probes.py sends a follower LeaderAndIsr, StopReplica and
@@ -570,12 +583,7 @@ def test_a_follower_that_missed_an_epoch_truncates_when_its_old_leader_returns(
     wait_for(lambda: zk.lai("ep", 0).leader == a, 60, f"broker {a} leading ep/0 again")
     nemesis.heal()
     wait_for(lambda: c in zk.lai("ep", 0).isr, 60, f"broker {c} back in the ISR")
-    on_a, on_c = _batches(run, a, "ep"), _batches(run, c, "ep")
-    differ = {o: (on_a[o], on_c[o]) for o in sorted(set(on_a) & set(on_c)) if on_a[o] != on_c[o]}
-    assert not differ and set(on_c) <= set(on_a), (
-        f"broker {c} disagrees with its leader {a} after missing an epoch: batches "
-        f"(base offset: (last offset, leader epoch, CRC) on {a}, on {c}) {differ}; "
-        f"batch starts only on {c}: {sorted(set(on_c) - set(on_a))}")
+    _assert_holds_the_leader_s_batches(run, a, c, "ep", "after missing an epoch")
     # What a truncating follower asks (#leader-epoch): the first epoch ends
     # where the next epoch's first batch begins on the leader.
     first_epoch = min(epoch for _last, epoch, _crc in on_a.values())
@@ -650,13 +658,9 @@ def test_a_follower_the_controller_cannot_reach_is_fenced_when_its_old_leader_re
     wait_until(lambda: _log_end(run, c, "zf") > 16, 5, 0.1)
     nemesis.heal()
     wait_for(lambda: c in zk.lai("zf", 0).isr, 60, f"broker {c} back in the ISR")
-    on_a, on_c = _batches(run, a, "zf"), _batches(run, c, "zf")
-    differ = {o: (on_a[o], on_c[o]) for o in sorted(set(on_a) & set(on_c)) if on_a[o] != on_c[o]}
-    assert not differ and set(on_c) <= set(on_a), (
-        f"broker {c}, which the controller could not reach while the leadership went "
-        f"{a} -> {b} -> {a}, disagrees with its leader {a}: batches (base offset: (last offset, "
-        f"leader epoch, CRC) on {a}, on {c}) {differ}; batch starts only on {c}: "
-        f"{sorted(set(on_c) - set(on_a))}")
+    _assert_holds_the_leader_s_batches(
+        run, a, c, "zf", f"which the controller could not reach while the leadership went "
+                         f"{a} -> {b} -> {a}")
 
 
 def test_a_topic_created_again_does_not_get_the_deleted_topic_s_records(chaos_run, nemesis):
