@@ -38,6 +38,7 @@ from harness.history import (HistoryRecorder, HistoryStats, collect_logs, dump_z
 from harness.observer import (OBSERVATIONS, MetadataSampler, Observations, await_recovery,
                               observe_brokers, observe_replicas)
 from harness.resources import ResourceSampler
+from harness.topics import create_topics
 from harness.workload import FinalReads, Workload, WorkloadSpec
 from harness.workload.runner import launcher_for
 
@@ -174,18 +175,19 @@ class Run:
 
     def create_topics(self, topics: Mapping[str, int], replication_factor: int,
                       assignment: Mapping[str, Mapping[int, list[int]]] | None = None) -> None:
-        """Create the topics (`assignment` places replicas by hand: topic ->
-        partition -> broker ids, the first the preferred leader) and wait
-        until every partition has a leader. The first topic's partition 0 is
+        """Create the topics through the cluster's admin API (harness/topics.py;
+        `assignment` places replicas by hand: topic -> partition -> broker
+        ids, the first the preferred leader) and wait until every partition
+        has a leader. The first topic's partition 0 is
         the default partition of role targets."""
         placed = dict(assignment or {})
         for topic, n in topics.items():
             plan = placed.get(topic)
-            if plan is not None and len(plan) != n:
-                raise ValueError(f"assignment of {topic!r} has {len(plan)} partitions, "
+            if plan is not None and sorted(plan) != list(range(n)):
+                raise ValueError(f"assignment of {topic!r} places partitions {sorted(plan)}, "
                                  f"topics says {n}")
-            admin.create_topic(self.zk, topic, n, 0 if plan else replication_factor,
-                               replica_assignment=dict(plan) if plan else None)
+        create_topics(self.cluster.bootstrap_servers, topics, replication_factor, placed,
+                      timeout_s=TOPIC_LEADERS_TIMEOUT_S)
         for topic in topics:
             admin.wait_for_leaders(self.zk, topic, timeout=TOPIC_LEADERS_TIMEOUT_S)
         self._topics = (self._topics or set()) | set(topics)

@@ -1,0 +1,72 @@
+"""Topics created as an application's operator creates them: with the Kafka
+AdminClient (CreateTopics), not by writing ZooKeeper.
+
+A run's topics go through the cluster's own admin API
+(docs/design.md#admin-api), so every run exercises it: the request reaches
+the controller, which checks it, writes the assignment and answers once the
+leaders are elected. A broker that is not (or no longer) the controller
+answers NOT_CONTROLLER and the client asks again, as a real application's
+client would; the request is retried until `timeout_s`.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+from cluster.deadline import Deadline, wait_until
+
+# Errors after which asking again may succeed: the controller moved or is
+# still being elected, or the answer was lost.
+RETRIABLE = frozenset({"NOT_CONTROLLER", "REQUEST_TIMED_OUT", "_TIMED_OUT", "_TRANSPORT",
+                       "BROKER_NOT_AVAILABLE", "_ALL_BROKERS_DOWN", "LEADER_NOT_AVAILABLE",
+                       "_WAIT_COORD", "COORDINATOR_NOT_AVAILABLE"})
+
+
+class TopicError(RuntimeError):
+    """The cluster refused a topic, or did not answer in time."""
+
+
+def create_topics(bootstrap: str, topics: Mapping[str, int], replication_factor: int,
+                  assignment: Mapping[str, Mapping[int, list[int]]] | None = None,
+                  timeout_s: float = 60.0) -> None:
+    """Create `topics` (name -> partitions) with `replication_factor`
+    replicas each, or the replicas `assignment` names (topic -> partition ->
+    broker ids, the first the preferred leader). Returns once the controller
+    answered that each exists; a topic that exists already counts only when
+    an earlier attempt of this call may have created it."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    client = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    wanted = {}
+    for topic, n in topics.items():
+        plan = (assignment or {}).get(topic)
+        wanted[topic] = (NewTopic(topic, n, replica_assignment=[list(plan[p]) for p in range(n)])
+                         if plan else NewTopic(topic, n, replication_factor))
+    deadline = Deadline(timeout_s)
+    attempts = 0
+    last: dict[str, str] = {}
+
+    def attempt() -> bool:
+        nonlocal attempts
+        budget = max(1.0, min(deadline.remaining(), 30.0))
+        futures = client.create_topics(list(wanted.values()), operation_timeout=budget,
+                                       request_timeout=budget + 5.0)
+        attempts += 1
+        for topic, future in futures.items():
+            try:
+                future.result()
+            except KafkaException as e:
+                err = e.args[0]
+                name = err.name()
+                if not (name == "TOPIC_ALREADY_EXISTS" and attempts > 1):
+                    if not (name in RETRIABLE or err.retriable()):
+                        raise TopicError(f"topic {topic!r} refused: {name}: {err.str()}") from None
+                    last[topic] = f"{name}: {err.str()}"
+                    continue
+                # (exists after an earlier attempt: that attempt's answer was lost, not its write)
+            wanted.pop(topic)
+        return not wanted
+
+    if not wait_until(attempt, timeout_s, 0.5):
+        raise TopicError(f"topics {', '.join(sorted(wanted))} not created within {timeout_s:g} s: "
+                         + "; ".join(f"{t}: {e}" for t, e in sorted(last.items())))
