@@ -1,6 +1,7 @@
-"""Thin adapters over the two Kafka client libraries, so the worker's loops
-are written once. Each adapter turns the library's outcome into the history's
-vocabulary: ("ok", fields), ("fail", fields) or ("info", fields).
+"""Thin adapters over the three Kafka client libraries (confluent-kafka,
+kafka-python, aiokafka), so the worker's loops are written once. Each
+adapter turns the library's outcome into the history's vocabulary:
+("ok", fields), ("fail", fields) or ("info", fields).
 
 Producers: `send(topic, partition, value, done)` hands the message over and
 later calls `done(type, fields)` from the worker's own thread (inside
@@ -11,6 +12,7 @@ is a consumer without a library: the harness's own Fetch requests.
 """
 from __future__ import annotations
 
+import asyncio
 import queue
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -18,7 +20,7 @@ from typing import Any, Callable
 from harness.workload.errors import canonical, classify_send, kafka_python_name
 
 Done = Callable[[str, dict[str, Any]], None]
-CLIENTS = ("confluent", "kafka-python")
+CLIENTS = ("confluent", "kafka-python", "aiokafka")
 
 
 @dataclass
@@ -271,11 +273,138 @@ class KafkaPythonConsumer:
         self.c.close()
 
 
+# -- aiokafka --------------------------------------------------------------------------
+
+class AiokafkaProducer:
+    """aiokafka driven from the worker's thread: the adapter owns an event
+    loop and runs it only inside `poll` and `close` (`send` only adds a
+    task), so completions arrive on the worker's thread, inside `poll`.
+    aiokafka has no retries setting: it retries a batch until its
+    request_timeout_ms (given the delivery timeout here) is spent, and sends
+    one batch per partition at a time, so its state refusals are `info`."""
+
+    def __init__(self, bootstrap: str, s: ProducerSettings, client_id: str):
+        from aiokafka import AIOKafkaProducer
+        self.s = s
+        self.loop = asyncio.new_event_loop()
+        self.sends: dict[Any, Done] = {}     # task -> its completion
+
+        async def start() -> Any:
+            p = AIOKafkaProducer(
+                bootstrap_servers=bootstrap, client_id=client_id,
+                acks={"all": "all", "1": 1, "0": 0}[s.acks], enable_idempotence=s.idempotent,
+                request_timeout_ms=s.delivery_timeout_ms, linger_ms=0, retry_backoff_ms=100,
+                metadata_max_age_ms=2000)
+            await p.start()
+            return p
+        self.p = self.loop.run_until_complete(start())
+
+    async def _send(self, topic: str, partition: int, value: int) -> tuple[str, dict[str, Any]]:
+        try:
+            delivered = await self.p.send(topic, value=str(value).encode(), partition=partition)
+        except Exception as e:  # noqa: BLE001 - raised before the message was accepted
+            t, name = classify_send(kafka_python_name(e), single_attempt=False, never_sent=True)
+            return t, {"error": name}
+        try:
+            md = await delivered
+        except Exception as e:  # noqa: BLE001
+            t, name = classify_send(kafka_python_name(e), single_attempt=False)
+            return t, {"error": name}
+        return _acks_done(self.s.acks, md.offset)
+
+    def send(self, topic: str, partition: int, value: int, done: Done) -> None:
+        self.sends[self.loop.create_task(self._send(topic, partition, value))] = done
+
+    def poll(self, timeout: float) -> None:
+        """Run the loop until a send completes or `timeout` passes; report
+        what completed."""
+        if self.sends:
+            self.loop.run_until_complete(asyncio.wait(list(self.sends), timeout=timeout,
+                                                      return_when=asyncio.FIRST_COMPLETED))
+        else:
+            self.loop.run_until_complete(asyncio.sleep(timeout))
+        for task in [t for t in self.sends if t.done()]:
+            self.sends.pop(task)(*task.result())
+
+    def close(self, timeout: float) -> int:
+        try:
+            self.loop.run_until_complete(asyncio.wait_for(self.p.stop(), timeout))
+        except Exception:  # noqa: BLE001
+            pass
+        finally:
+            self.loop.close()
+        return 0
+
+
+class AiokafkaConsumer:
+    """One partition, assigned, read by aiokafka on an event loop of its own
+    that runs only inside this adapter's calls."""
+
+    def __init__(self, bootstrap: str, topic: str, partition: int, client_id: str):
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+        self.topic, self.partition = topic, partition
+        self.tp = TopicPartition(topic, partition)
+        self.loop = asyncio.new_event_loop()
+
+        async def start() -> Any:
+            c = AIOKafkaConsumer(bootstrap_servers=bootstrap, client_id=client_id, group_id=None,
+                                 enable_auto_commit=False, auto_offset_reset="none",
+                                 fetch_max_wait_ms=100, metadata_max_age_ms=2000)
+            await c.start()
+            c.assign([self.tp])
+            return c
+        self.c = self.loop.run_until_complete(start())
+        self.position: int | None = None
+        self.last_error: str | None = None  # why the last watermarks() gave None
+
+    def seek(self, offset: int) -> None:
+        self.c.seek(self.tp, offset)
+        self.position = offset
+
+    def watermarks(self, cached: bool, timeout: float = 5.0) -> tuple[int, int] | None:
+        try:
+            if cached:
+                hi = self.c.highwater(self.tp)
+                return (0, int(hi)) if hi is not None else None
+
+            async def both() -> tuple[int, int]:
+                lo = (await self.c.beginning_offsets([self.tp]))[self.tp]
+                hi = (await self.c.end_offsets([self.tp]))[self.tp]
+                return int(lo), int(hi)
+            return self.loop.run_until_complete(asyncio.wait_for(both(), timeout))
+        except Exception as e:  # noqa: BLE001
+            self.last_error = f"{type(e).__name__}: {e}"
+            return None
+
+    def poll(self, max_records: int, timeout: float) -> tuple[str, dict[str, Any]]:
+        try:
+            batch = self.loop.run_until_complete(self.c.getmany(
+                self.tp, timeout_ms=int(timeout * 1000), max_records=max_records))
+        except Exception as e:  # noqa: BLE001
+            return "fail", {"error": canonical(kafka_python_name(e))}
+        records = [[int(r.offset), int(r.value)] for r in batch.get(self.tp, [])]
+        if records:
+            self.position = records[-1][0] + 1
+        hi = self.c.highwater(self.tp)
+        if hi is None:
+            wm = self.watermarks(cached=False, timeout=2.0)
+            hi = wm[1] if wm else None
+        return _poll_ok(records, int(hi) if hi is not None else None)
+
+    def close(self) -> None:
+        try:
+            self.loop.run_until_complete(self.c.stop())
+        finally:
+            self.loop.close()
+
+
 def make_producer(client: str, bootstrap: str, s: ProducerSettings, client_id: str) -> Any:
     if client == "confluent":
         return ConfluentProducer(bootstrap, s, client_id)
     if client == "kafka-python":
         return KafkaPythonProducer(bootstrap, s, client_id)
+    if client == "aiokafka":
+        return AiokafkaProducer(bootstrap, s, client_id)
     raise ValueError(f"unknown client {client!r}: {', '.join(CLIENTS)}")
 
 
@@ -287,6 +416,8 @@ def make_consumer(client: str, bootstrap: str, topic: str, partition: int, clien
         return ConfluentConsumer(bootstrap, topic, partition, client_id)
     if client == "kafka-python":
         return KafkaPythonConsumer(bootstrap, topic, partition, client_id)
+    if client == "aiokafka":
+        return AiokafkaConsumer(bootstrap, topic, partition, client_id)
     raise ValueError(f"unknown client {client!r}: {', '.join(CLIENTS)}")
 
 

@@ -314,7 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 description="chaoslog workload worker (JSON lines on stdout)")
     p.add_argument("role", choices=("producer", "consumer", "final"))
     p.add_argument("--bootstrap", required=True)
-    p.add_argument("--client", default="confluent", choices=("confluent", "kafka-python", "raw"),
+    p.add_argument("--client", default="confluent",
+                   choices=("confluent", "kafka-python", "aiokafka", "raw"),
                    help="raw: the harness's own Fetch requests (consumers only)")
     p.add_argument("--partitions", required=True, help="TOPIC/P[,TOPIC/P...]")
     p.add_argument("--worker-id", type=int, required=True)
