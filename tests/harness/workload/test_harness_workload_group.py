@@ -1,0 +1,57 @@
+"""harness/workload/group.py without a broker: fail or info for a commit,
+and the worker lines every group member writes."""
+import pytest
+
+from harness.workload.group import GroupMember, commit_outcome, offsets_of
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("ILLEGAL_GENERATION", ("fail", "ILLEGAL_GENERATION")),      # refused: not stored
+    ("UNKNOWN_MEMBER_ID", ("fail", "UNKNOWN_MEMBER_ID")),
+    ("REBALANCE_IN_PROGRESS", ("fail", "REBALANCE_IN_PROGRESS")),
+    ("_ASSIGNMENT_LOST", ("fail", "_ASSIGNMENT_LOST")),          # refused before sending
+    ("REQUEST_TIMED_OUT", ("info", "timeout")),                  # may have been stored
+    ("_TIMED_OUT", ("info", "timeout")),
+    ("NOT_COORDINATOR", ("info", "NOT_COORDINATOR")),
+])
+def test_a_commit_fails_only_when_refused(name, expected):
+    assert commit_outcome(name) == expected
+
+
+def test_member_lines():
+    """An assignment opens a slot; a poll is one history op per partition
+    invoked at the position; commits pair invoke and outcome by id."""
+    lines = []
+    m = GroupMember("g", "manual", lambda t, **f: lines.append((t, f)))
+    m.assigned([("t", 0, 3, 3), ("t", 1, 0, -1), ("t", 2, None, None)])
+    assert lines[-1] == ("group", {"kind": "assign", "group": "g", "partitions": [
+        {"topic": "t", "partition": 0, "position": 3, "committed": 3},
+        {"topic": "t", "partition": 1, "position": 0, "committed": -1},
+        {"topic": "t", "partition": 2, "position": None, "committed": None}]})
+    reached = m.polled({("t", 0): [[3, 30], [4, 31]], ("t", 2): [[7, 1]]},
+                       lambda t, p: {0: 10}.get(p))
+    assert reached == [("t", 0, 5), ("t", 2, 8)]
+    assert lines[1:5] == [
+        ("invoke", {"slot": 1, "seq": 1, "f": "poll", "topic": "t", "partition": 0, "offset": 3,
+                    "group": "g"}),
+        ("ok", {"slot": 1, "seq": 1, "records": [[3, 30], [4, 31]], "high_watermark": 10}),
+        ("invoke", {"slot": 1, "seq": 2, "f": "poll", "topic": "t", "partition": 2,
+                    "offset": None, "group": "g"}),
+        # no watermark known: the records prove it was past the last one
+        ("ok", {"slot": 1, "seq": 2, "records": [[7, 1]], "high_watermark": 8})]
+    assert m.position == {("t", 0): 5, ("t", 1): 0, ("t", 2): 8}
+    ref = m.commit_invoked(offsets_of(reached))
+    m.commit_done(ref, offsets=offsets_of(reached))
+    ref2 = m.commit_invoked(offsets_of(reached[:1]))
+    m.commit_done(ref2, error="UNKNOWN_MEMBER_ID")
+    commits = [f for t, f in lines if f.get("kind") == "commit"]
+    assert [(c["outcome"], c["commit"]) for c in commits] == [
+        ("invoke", 1), ("ok", 1), ("invoke", 2), ("fail", 2)]
+    assert commits[1]["offsets"] == [{"topic": "t", "partition": 0, "offset": 5},
+                                     {"topic": "t", "partition": 2, "offset": 8}]
+    assert commits[3]["error"] == "UNKNOWN_MEMBER_ID" and "auto" not in commits[3]
+    m.revoked([("t", 0)], lost=True)
+    assert lines[-1] == ("group", {"kind": "revoke", "group": "g", "lost": True,
+                                   "partitions": [{"topic": "t", "partition": 0}]})
+    m.assigned([("t", 0, 5, 5)])
+    assert m.slot == 2 and set(m.position) == {("t", 0), ("t", 1), ("t", 2)}
