@@ -16,8 +16,10 @@ re-read from a commit after a rebalance is a fresh sequence for the
 nonmonotonic-poll and poll-skip checks.
 
 GroupMember writes those lines for every client; ConfluentGroupConsumer
-adapts confluent-kafka to it. GROUP_CLIENTS says which commit modes each
-client can record faithfully.
+(here), KafkaPythonGroupConsumer (group_kafka_python.py) and
+AiokafkaGroupConsumer (group_aiokafka.py) adapt one library each, all with
+the same constructor. GROUP_CLIENTS says which commit modes each client
+can record faithfully.
 """
 from __future__ import annotations
 
@@ -29,13 +31,19 @@ from reports.groups import NO_OFFSET
 
 COMMIT_MODES = ("auto", "manual", "none")
 SUB_VIA = ("assign", "subscribe")
-# Client -> the commit modes its member records faithfully.
-GROUP_CLIENTS = {"confluent": COMMIT_MODES}
+# Client -> the commit modes its member records faithfully. kafka-python and
+# aiokafka auto-commit without reporting every commit (their docstrings say
+# which), so groups.jsonl would lack commits the coordinator took.
+GROUP_CLIENTS = {"confluent": COMMIT_MODES, "kafka-python": ("manual", "none"),
+                 "aiokafka": ("manual", "none")}
 # Commit refusals that mean the coordinator did not store the offsets.
 # _ASSIGNMENT_LOST is librdkafka's refusal of a commit outside a current
-# generation, made before any request.
+# generation, made before any request; the other clients' same local
+# refusals are given that name too.
 COMMIT_REFUSALS = frozenset({"ILLEGAL_GENERATION", "UNKNOWN_MEMBER_ID", "REBALANCE_IN_PROGRESS",
                              "_ASSIGNMENT_LOST"})
+COMMIT_TIMEOUT_S = 10.0     # a commit or an OffsetFetch of kafka-python or aiokafka
+LOG_START_TIMEOUT_S = 5.0
 
 Emit = Callable[..., None]
 TP = tuple[str, int]

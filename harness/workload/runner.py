@@ -50,9 +50,9 @@ class WorkloadSpec:
             raise ValueError(f"sub_via is {' or '.join(SUB_VIA)}, not {self.sub_via!r}")
         if self.commit not in COMMIT_MODES:
             raise ValueError(f"commit is {', '.join(COMMIT_MODES)}, not {self.commit!r}")
-        if self.sub_via == "subscribe" and self.client not in GROUP_CLIENTS:
-            raise ValueError(f"--sub-via subscribe needs --client {' or '.join(GROUP_CLIENTS)}, "
-                             f"not {self.client}")
+        if self.sub_via == "subscribe" and self.commit not in GROUP_CLIENTS.get(self.client, ()):
+            raise ValueError(f"--sub-via subscribe with --client {self.client} commits "
+                             f"{' or '.join(GROUP_CLIENTS.get(self.client, ()))}, not {self.commit}")
         if not self.topics or any(n < 1 for n in self.topics.values()):
             raise ValueError("a workload needs at least one topic with at least one partition")
 

@@ -194,12 +194,18 @@ def _reposition(c: Any, out: Out) -> None:
 
 def run_member(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
     """A member of consumer group --group: subscribe, poll, commit (--commit)."""
-    from harness.workload.group import ConfluentGroupConsumer
-    if a.client != "confluent":
-        raise SystemExit(f"--group needs the confluent client, not {a.client}")
+    from harness.workload.group import ConfluentGroupConsumer, check_member
+    from harness.workload.group_aiokafka import AiokafkaGroupConsumer
+    from harness.workload.group_kafka_python import KafkaPythonGroupConsumer
+    try:
+        check_member(a.client, a.commit)
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
+    member_of = {"confluent": ConfluentGroupConsumer, "kafka-python": KafkaPythonGroupConsumer,
+                 "aiokafka": AiokafkaGroupConsumer}[a.client]
     topics = sorted({t for t, _ in parse_partitions(a.partitions)})
-    member = ConfluentGroupConsumer(a.bootstrap, a.group, topics, a.commit,
-                                    f"chaoslog-w{a.worker_id}", lambda t, **f: out.emit(type=t, **f))
+    member = member_of(a.bootstrap, a.group, topics, a.commit, f"chaoslog-w{a.worker_id}",
+                       lambda t, **f: out.emit(type=t, **f))
     limiter = RateLimiter(a.rate)
     while not stop.stopped():
         while not limiter.ready():

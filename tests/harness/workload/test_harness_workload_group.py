@@ -1,8 +1,11 @@
-"""harness/workload/group.py without a broker: fail or info for a commit,
-and the worker lines every group member writes."""
+"""harness/workload/group.py without a broker: which client commits how,
+fail or info for a commit, and the worker lines every group member writes."""
 import pytest
 
-from harness.workload.group import GroupMember, commit_outcome, offsets_of
+from harness.workload.clients import CLIENTS
+from harness.workload.group import (GROUP_CLIENTS, GroupMember, check_member, commit_outcome,
+                                    offsets_of)
+from harness.workload.runner import WorkloadSpec
 
 
 @pytest.mark.parametrize("name,expected", [
@@ -11,11 +14,26 @@ from harness.workload.group import GroupMember, commit_outcome, offsets_of
     ("REBALANCE_IN_PROGRESS", ("fail", "REBALANCE_IN_PROGRESS")),
     ("_ASSIGNMENT_LOST", ("fail", "_ASSIGNMENT_LOST")),          # refused before sending
     ("REQUEST_TIMED_OUT", ("info", "timeout")),                  # may have been stored
-    ("_TIMED_OUT", ("info", "timeout")),
+    ("KafkaTimeoutError", ("info", "timeout")),
     ("NOT_COORDINATOR", ("info", "NOT_COORDINATOR")),
+    ("KafkaConnectionError", ("info", "KafkaConnectionError")),
 ])
 def test_a_commit_fails_only_when_refused(name, expected):
     assert commit_outcome(name) == expected
+
+
+def test_every_client_has_a_member_and_auto_only_where_every_commit_is_seen():
+    assert set(GROUP_CLIENTS) == set(CLIENTS)
+    assert "auto" in GROUP_CLIENTS["confluent"]
+    for client in ("kafka-python", "aiokafka"):
+        check_member(client, "manual")
+        with pytest.raises(ValueError, match=f"--commit auto with --client {client}"):
+            check_member(client, "auto")
+        with pytest.raises(ValueError, match="commits manual or none"):
+            WorkloadSpec({"t": 1}, client=client, sub_via="subscribe", commit="auto")
+        WorkloadSpec({"t": 1}, client=client, sub_via="subscribe", commit="none")
+    with pytest.raises(ValueError, match="needs --client"):
+        check_member("raw", "manual")
 
 
 def test_member_lines():
