@@ -42,7 +42,7 @@ def requests_for(summary: dict, per_type: int = PER_TYPE) -> dict:
             for o in (a["offset"] - 1, a["offset"], a["offset"] + 1):
                 req["reads_at"].add((*tp, o))
             req["acks_at"].add((*tp, a["offset"]))
-        elif kind in ("duplicate", "aborted-read"):
+        elif kind in ("duplicate", "aborted-read", "resurrected"):
             if a.get("send_op") is not None:
                 req["ops"].add(a["send_op"])
             req["reads_of"].add((*tp, a["value"]))
@@ -119,7 +119,7 @@ def rows_for(kind: str, a: dict, ctx: dict) -> list[dict]:
         rows += _ack_rows([r for r in ctx["acks_at"].get((*tp, a["offset"]), []) if r["op"] != a["op"]])
         for o in (a["offset"] - 1, a["offset"], a["offset"] + 1):
             rows += _read_rows(ctx["reads_at"].get((*tp, o), []))
-    elif kind in ("duplicate", "aborted-read"):
+    elif kind in ("duplicate", "aborted-read", "resurrected"):
         if a.get("send_op") is not None:
             rows += _op_rows(ctx["ops"].get(a["send_op"], []))
         rows += _read_rows(ctx["reads_of"].get((*tp, a["value"]), []))
@@ -151,11 +151,11 @@ def rows_for(kind: str, a: dict, ctx: dict) -> list[dict]:
 
 def reference_context(run, req: dict, per_key: int = PER_KEY) -> dict:
     """One more pass over the history, keeping the events the keys ask for."""
-    from reports.readers import iter_events
+    from reports.readers import iter_judged_events
 
     ctx = empty_context()
     pending: dict[int, dict] = {}
-    for ev in iter_events(run):
+    for ev in iter_judged_events(run):
         if ev["op"] in req["ops"] and ev["f"] != "nemesis":
             ctx["ops"][ev["op"]].append(ev)
         if ev["f"] == "send":

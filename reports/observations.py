@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reports.errors import HistoryError
+from reports.incarnations import CREATE, DELETE, Incarnations, from_lines
 
 OBSERVATIONS_FILE = "observations.jsonl"
 NS = 1_000_000_000
@@ -37,6 +38,7 @@ class Observed:
     replicas: list[dict] = field(default_factory=list)
     present: bool = False
     bounds: dict = field(default_factory=dict)   # run.json `checks`
+    incarnations: Incarnations = field(default_factory=Incarnations)
 
 
 def read_observations(run_dir: Path, bounds: dict | None = None) -> Observed:
@@ -48,6 +50,25 @@ def read_observations(run_dir: Path, bounds: dict | None = None) -> Observed:
     if not path.is_file():
         return out
     out.present = True
+    parsed = list(_lines(path))
+    # Topics deleted and created again are judged per incarnation (reports/incarnations.py).
+    out.incarnations = from_lines(o for o in parsed if o.get("kind") in (DELETE, CREATE))
+    for obs in parsed:
+        obs = out.incarnations.rename_observation(obs)
+        kind = obs.get("kind")
+        if kind == "metadata":
+            out.metadata.append(obs)
+        elif kind == "recovery":
+            out.recovery = obs
+        elif kind == "broker-metadata":
+            out.brokers.append(obs)
+        elif kind == "replica":
+            out.replicas.append(obs)
+    out.metadata.sort(key=lambda o: o["time"])
+    return out
+
+
+def _lines(path: Path):
     with open(path, "rb") as fh:
         lines = fh.read().split(b"\n")
     last = len(lines) - 1
@@ -60,19 +81,26 @@ def read_observations(run_dir: Path, bounds: dict | None = None) -> Observed:
                 raise ValueError("not an object with an integer time")
         except ValueError as e:
             if n - 1 == last:  # the writer died mid-line
-                break
+                return
             raise HistoryError(path, n, f"not an observation: {e}") from None
-        kind = obs.get("kind")
-        if kind == "metadata":
-            out.metadata.append(obs)
-        elif kind == "recovery":
-            out.recovery = obs
-        elif kind == "broker-metadata":
-            out.brokers.append(obs)
-        elif kind == "replica":
-            out.replicas.append(obs)
-    out.metadata.sort(key=lambda o: o["time"])
-    return out
+        yield obs
+
+
+def read_incarnations(run_dir: Path) -> Incarnations:
+    """Only the re-creations of a run's topics (none: empty), read before
+    the history: each checker renames the ops by them as it reads."""
+    path = Path(run_dir) / OBSERVATIONS_FILE
+    if not path.is_file():
+        return Incarnations()
+    found = []
+    with open(path, "rb") as fh:
+        for raw in fh:
+            if b'"topic-delete"' in raw or b'"topic-create"' in raw:
+                try:
+                    found.append(json.loads(raw))
+                except ValueError:
+                    continue  # (read_observations names the line)
+    return from_lines(o for o in found if isinstance(o, dict))
 
 
 def _tp(p: dict) -> tuple[str, int]:
@@ -403,6 +431,7 @@ def checked(obs: Observed, *, exact_polls: int, idempotent_producers: int,
                                "no broker Metadata observed after a recovery"),
         "ack-below-min-isr": need(samples > 1, "fewer than two metadata samples"),
         "unrecovered": need(obs.recovery is not None, "no recovery observation"),
+        "resurrected": need(bool(obs.incarnations), "no topic was deleted and created again"),
     }
 
 

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Iterator
 
 from reports.errors import HistoryError, HistoryWarning
+from reports.incarnations import attribution, renamed
+from reports.observations import read_incarnations
 from reports.schema import FIELDS, FORMAT_VERSION, MSG_NOT_JSON, event_problem, normalize_event
 
 HISTORY_FILE = "history.jsonl"
@@ -330,6 +332,17 @@ def iter_events(run: RunInput) -> Iterator[dict]:
         yield from streams[0]
     else:
         yield from heapq.merge(*streams, key=lambda ev: ev["index"])
+
+
+def iter_judged_events(run: RunInput) -> Iterator[dict]:
+    """iter_events as the checkers judge them: the sends and polls of a topic
+    deleted and created again renamed by incarnation (reports/incarnations.py),
+    which takes one more pass to attribute their ops."""
+    inc = read_incarnations(run.run_dir)
+    if not inc:
+        yield from iter_events(run)
+        return
+    yield from renamed(iter_events(run), inc, attribution(iter_events(run), inc))
 
 
 def _events_in_order(hf: HistoryFile):

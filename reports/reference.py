@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 from reports.groups import (commit_regressions, final_commits, read_groups,
                             resume_candidates)
 from reports.groups import oracles as group_oracles
+from reports.incarnations import split
 from reports.observations import (annotate_windows, below_min_isr, checked, judge,
-                                  read_observations, recovered_at, writers_of_duplicates)
-from reports.readers import RunInput, iter_events, open_run
+                                  read_incarnations, read_observations, recovered_at,
+                                  writers_of_duplicates)
+from reports.readers import RunInput, iter_judged_events, open_run
 from reports.summary import (
     ANOMALY_TYPES,
     CLIENT_FUNCTIONS,
@@ -33,6 +35,7 @@ from reports.summary import (
     Findings,
     empty_counts,
     fault_windows,
+    final_reads_complete,
     nearest_rank,
     sort_key,
 )
@@ -127,6 +130,8 @@ class ReferenceChecker:
         self.group_reads: dict[tuple, set] = defaultdict(set)
         # per (topic, partition): value -> the lowest offset final reads returned it at
         self.final_at: dict[tuple, dict[int, int]] = defaultdict(dict)
+        # topics deleted and created again: their ops come renamed by incarnation
+        self.incarnations = read_incarnations(run.run_dir)
 
     # -- the pass over the events ------------------------------------------
 
@@ -281,6 +286,7 @@ class ReferenceChecker:
                 self.sends[(op.topic, op.partition)].setdefault(op.value, op)
         partitions = [
             {"topic": t, "partition": p, **stats.__dict__}
+            | ({"deleted": True} if self.incarnations.is_deleted(t) else {})
             for (t, p), stats in sorted(self.partitions.items())
         ]
         max_read = {(p["topic"], p["partition"]): p["max_read_offset"] for p in partitions}
@@ -288,6 +294,11 @@ class ReferenceChecker:
 
         for tp, sends in self.sends.items():
             read = self.reads.get(tp, {})
+            if self.incarnations.is_deleted(tp[0]):
+                # Never read, then gone with its topic (no final reads to miss
+                # it): not lost; another value at its offset is still
+                # inconsistent-offset, a read that skipped it poll-skip.
+                continue
             for value, op in sends.items():
                 if op.outcome == "ok" and value not in read:
                     top = max_read.get(tp)
@@ -313,14 +324,21 @@ class ReferenceChecker:
                         "index": idx, "time": time, "op": op, "process": process,
                         "send_op": None if send is None else send.op, "idempotent": idem,
                     })
-                kind = "phantom-read" if send is None else "aborted-read" if send.outcome == "fail" else None
+                sent_to = tp[0]
+                if send is None and self.incarnations:
+                    sent_to, send = self._sent_to_another_incarnation(tp, value)
+                kind = ("phantom-read" if send is None else "aborted-read" if send.outcome == "fail"
+                        else "resurrected" if sent_to != tp[0] and send.outcome == "ok"
+                        and split(sent_to)[1] < split(tp[0])[1] else None)
                 if kind is None:
                     continue
                 for offset, (idx, time, op, process) in offsets.items():
                     inst = {"topic": tp[0], "partition": tp[1], "value": value, "offset": offset,
                             "index": idx, "time": time, "op": op, "process": process}
-                    if kind == "aborted-read":
+                    if kind != "phantom-read":
                         inst["send_op"] = send.op
+                    if kind == "resurrected":
+                        inst["acknowledged_in"] = sent_to
                     found[kind].append(inst)
         for tp, offsets in self.at_offset.items():
             for offset, values in offsets.items():
@@ -357,7 +375,7 @@ class ReferenceChecker:
         findings.oracles = checked(
             obs, exact_polls=self.exact_polls,
             idempotent_producers=len({k[2] for k in self.idem_sends}),
-            final_complete=bool(partitions) and all(p["final_complete"] for p in partitions))
+            final_complete=bool(partitions) and final_reads_complete(partitions))
         findings.oracles.update(group_oracles(groups))
         findings.events, findings.end_time = self.events, self.end_time
         findings.warnings = list(self.run.warnings)
@@ -380,6 +398,16 @@ class ReferenceChecker:
         findings.windows = self._windows()
         annotate_windows(obs, findings.windows)
         return findings
+
+    def _sent_to_another_incarnation(self, tp, value) -> tuple[str, _Op | None]:
+        """The send of `value` to another incarnation of tp's topic
+        (reports/incarnations.py): its incarnation's name and op, or (tp's
+        name, None) when there is none."""
+        base = split(tp[0])[0]
+        for (topic, partition), sends in self.sends.items():
+            if partition == tp[1] and topic != tp[0] and split(topic)[0] == base and value in sends:
+                return topic, sends[value]
+        return tp[0], None
 
     def _group_anomalies(self, events: list[dict], complete: dict) -> dict[str, list[dict]]:
         """commit-regressed, resume-past-commit and group-skipped (docs/anomalies.md):
@@ -535,6 +563,6 @@ def check(run, max_instances: int | None = DEFAULT_MAX_INSTANCES) -> Findings:
     if not isinstance(run, RunInput):
         run = open_run(run)
     checker = ReferenceChecker(run, max_instances)
-    for ev in iter_events(run):
+    for ev in iter_judged_events(run):
         checker.feed(ev)
     return checker.finish()

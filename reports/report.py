@@ -28,6 +28,7 @@ DESCRIPTIONS = {
     "lost-unreplicated": "an acks=1 write acknowledged and then gone (acks=1 promises nothing more)",
     "read-uncommitted": "a fetch returned a record at or past the high watermark it reported",
     "truncated-read": "a record a consumer read is gone from the final log",
+    "resurrected": "a topic deleted and created again served a record of its deleted incarnation",
     "nonmonotonic-send": "an idempotent producer's writes landed out of the order it sent them",
     "ack-below-min-isr": "an acks=all write acknowledged while the ISR was below min.insync.replicas",
     "replica-divergence": "a replica's committed records differ from the leader's",
@@ -87,7 +88,7 @@ def verdict_reason(summary: dict) -> str:
         return "fatal anomalies: " + ", ".join(parts)
     if summary["valid"] is None:
         missing = [f"{p['topic']}/{p['partition']}" for p in summary["final_reads"]["partitions"]
-                   if not p["final_complete"]]
+                   if not p["final_complete"] and not p.get("deleted")]
         shown = ", ".join(missing[:10]) + (" …" if len(missing) > 10 else "")
         return f"no fatal anomaly, but the final reads did not complete (partitions {shown})"
     return "no fatal anomaly, and the final reads read every partition to its high watermark"
@@ -257,9 +258,10 @@ def _final_reads(s: dict) -> str:
     fr = s["final_reads"]
     rows = []
     for p in fr["partitions"]:
+        done = "yes" if p["final_complete"] else "deleted" if p.get("deleted") else "NO"
         rows.append(((f"{p['topic']}/{p['partition']}", p["sends"], p["acknowledged"], p["polls"],
                       p["max_ack_offset"], p["max_read_offset"], p["final_polls"], p["final_high_watermark"],
-                      "yes" if p["final_complete"] else "NO"), None if p["final_complete"] else "warn"))
+                      done), None if done != "NO" else "warn"))
     head = "<p>Final reads " + ("completed." if fr["complete"] else "<b>did not complete</b>.") + "</p>"
     return head + _table(
         ["partition", "sends", "acked", "polls", "max acked offset", "max read offset", "final polls",
@@ -326,6 +328,9 @@ def _instance_title(kind: str, a: dict) -> str:
         return f"{tp}: offset {a['offset']} holds values {', '.join(map(str, a['values']))}{acked}"
     if kind in ("aborted-read", "phantom-read"):
         return f"{tp}: value {a['value']} read at offset {a['offset']} by process {a['process']} (op {a['op']})"
+    if kind == "resurrected":
+        return (f"{tp}: value {a['value']}, acknowledged in {a['acknowledged_in']}, read at offset "
+                f"{a['offset']} by process {a['process']} (op {a['op']})")
     extra = f" (offset {a['skipped']} skipped)" if kind == "poll-skip" else ""
     return (f"{tp}: process {a['process']} returned offset {a['offset']} right after {a['previous']}"
             f"{extra} (poll op {a['op']})")

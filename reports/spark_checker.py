@@ -77,8 +77,10 @@ from reports.errors import HistoryError
 from reports.groups import (commit_regressions, final_commits, read_groups,
                             resume_candidates)
 from reports.groups import oracles as group_oracles
+from reports.incarnations import SEPARATOR, split
 from reports.observations import (annotate_windows, below_min_isr, checked, judge,
-                                  read_observations, recovered_at, writers_of_duplicates)
+                                  read_incarnations, read_observations, recovered_at,
+                                  writers_of_duplicates)
 from reports.readers import RunInput, first_problem
 from reports.schema import (
     CORRUPT_COLUMN,
@@ -98,6 +100,7 @@ from reports.summary import (
     Findings,
     empty_counts,
     fault_windows,
+    final_reads_complete,
     sort_key,
 )
 
@@ -423,6 +426,44 @@ class SparkChecker:
             F.when(ok_poll, jumps.cast("int")).alias("rec_jumps"),
         )
 
+    def _renamed(self, ev):
+        """The sends and polls of topics deleted and created again, named by
+        their incarnation as reports/incarnations.py attributes them: a send
+        by when it completed, a poll by the send of its first record's value
+        (else by when it completed). Only those topics' events take the extra
+        groupings."""
+        from pyspark.sql import functions as F
+
+        c = F.col
+        recreated = reduce(lambda a, b: a | b, [
+            (c("run") == k) & (c("topic") == topic)
+            for k, inc in self.incarnations.items() for topic in inc.created])
+        recreated = recreated & c("fn").isin(F_SEND, F_POLL)
+        theirs, others = ev.filter(recreated), ev.filter(~F.coalesce(recreated, F.lit(False)))
+        first = F.when((c("fn") == F_POLL) & (c("t") == T_OK) & ~F.coalesce(c("final"), F.lit(False)),
+                       F.get(F.get(c("records"), 0), 1))
+        ops = theirs.groupBy("run", "topic", "op").agg(
+            F.max("time").alias("at"), F.max("fn").alias("ofn"), F.max("value").alias("sent"),
+            F.max(first).alias("first_value"))
+        by_time = F.lit(0)
+        for run, inc in self.incarnations.items():
+            for topic, created in inc.created.items():
+                by_time = F.when((c("run") == run) & (c("topic") == topic), reduce(
+                    lambda a, b: a + b, [F.when(c("at") >= t, 1).otherwise(0) for t in created])
+                ).otherwise(by_time)
+        ops = ops.withColumn("k", by_time)
+        sends = ops.filter(c("ofn") == F_SEND).select(
+            "run", "topic", c("sent").alias("first_value"), c("k").alias("k_sent"))
+        ops = (ops.join(sends, ["run", "topic", "first_value"], "left")
+               .select("run", "op", F.coalesce("k_sent", "k").alias("k")))
+        theirs = (theirs.join(ops, ["run", "op"])
+                  .withColumn("topic", F.when(c("k") > 0, F.concat(c("topic"), F.lit(SEPARATOR),
+                                                                    c("k").cast("string")))
+                              .otherwise(c("topic")))
+                  .withColumn("tp", F.xxhash64("run", "topic", "partition"))
+                  .drop("k"))
+        return others.unionByName(theirs)
+
     def _names(self, ev, firsts: set[int]):
         """What the ops carry only as codes, from the few events that tell it.
 
@@ -631,7 +672,10 @@ class SparkChecker:
 
         todo = dict(enumerate(runs))
         files = [(k, hf) for k, run in todo.items() for hf in run.files]
+        self.incarnations = {k: read_incarnations(run.run_dir) for k, run in todo.items()}
         ev = self._read_events(files)
+        if any(self.incarnations.values()):
+            ev = self._renamed(ev)
         if any(hf.kind == "jsonl" for _, hf in files):
             # Parsing JSON costs more than keeping its result: parse once. A
             # Parquet input is read again by each pass instead, only the
@@ -701,7 +745,7 @@ class SparkChecker:
             f.oracles = checked(
                 observed[k], exact_polls=sum(r.exact_polls for r in tp_rows if r.run == k),
                 idempotent_producers=self.idempotent_nodes.get(k, 0),
-                final_complete=bool(f.partitions) and all(p["final_complete"] for p in f.partitions))
+                final_complete=bool(f.partitions) and final_reads_complete(f.partitions))
             f.oracles.update(group_oracles(groups[k]))
         for f in findings.values():
             c = f.counts
@@ -735,7 +779,7 @@ class SparkChecker:
                                      "max_read_offset", "final_polls")},
                 "final_complete": bool(r.final_complete),
                 "final_high_watermark": r.final_high_watermark,
-            })
+            } | ({"deleted": True} if self.incarnations[r.run].is_deleted(topic) else {}))
         for k, f in findings.items():
             f.partitions = sorted(per_run[k], key=lambda p: (p["topic"], p["partition"]))
 
@@ -967,12 +1011,20 @@ class SparkChecker:
         vals = vals.join(F.broadcast(top), "tp", "left")
         unread_ack = (c("outcome") == T_OK) & (c("reads") == 0)
         lost = unread_ack & c("max_read").isNotNull() & (c("max_read") >= c("ack"))
+        unsent_read = (c("reads") > 0) & (c("sent") == 0)
+        deleted = [tp for tp, (k, topic, _p) in self.tps.items() if self.incarnations[k].is_deleted(topic)]
+        # Never read, then gone with its topic (reports/incarnations.py): not lost or unseen.
+        gone = unread_ack & c("tp").isin(deleted) if deleted else F.lit(False)
+        vals = self._other_incarnation(vals, unsent_read)
         vals = vals.withColumn(
             "vkind",
-            F.when(unread_ack & (c("weak") == 1), "lost-unreplicated")
+            F.when(gone, F.lit(None))
+            .when(unread_ack & (c("weak") == 1), "lost-unreplicated")
             .when(lost, "lost")
             .when(unread_ack, "unseen")
-            .when((c("reads") > 0) & (c("sent") == 0), "phantom-read")
+            # (sent to another incarnation: resurrected, aborted, or where it may be)
+            .when(unsent_read & c("x_kind").isNotNull(), F.when(c("x_kind") != "excused", c("x_kind")))
+            .when(unsent_read, "phantom-read")
             .when((c("reads") > 0) & (c("outcome") == T_FAIL), "aborted-read"),
         ).withColumn("dup", c("rmin") != c("rmax"))
         # Cached (about one row per value): the counts and the lists below read it.
@@ -981,7 +1033,7 @@ class SparkChecker:
             vals.groupBy("run").agg(
                 _count_if(c("reads") > 0).alias("read"),
                 *[_count_if(c("vkind") == k).alias(k) for k in
-                  ("lost", "unseen", "lost-unreplicated", "phantom-read", "aborted-read")],
+                  ("lost", "unseen", "lost-unreplicated", "phantom-read", "aborted-read", "resurrected")],
                 _count_if(c("dup")).alias("duplicate"),
                 _count_if(c("dup") & (c("idem") == 1)).alias("idem_duplicate"),
             ),
@@ -992,7 +1044,7 @@ class SparkChecker:
             findings[r.run].counts["read"] = r.read
             findings[r.run].idempotent_duplicates = r.idem_duplicate
             n_lu += r.lost + r.unseen + r["lost-unreplicated"]
-            n_flag += r["phantom-read"] + r["aborted-read"] + r.duplicate
+            n_flag += r["phantom-read"] + r["aborted-read"] + r.resurrected + r.duplicate
         if not (n_lu or n_flag):
             return
         # Only the values with something to report, with their send op if any.
@@ -1020,16 +1072,17 @@ class SparkChecker:
         if not n_flag:
             return
         # duplicate, aborted-read, phantom-read: need each offset the value was read at.
-        keys = flagged.filter(c("vkind").isin("phantom-read", "aborted-read") | c("dup")).select(
-            "tp", "value", "topic", "partition", "vkind", c("dup").cast("int").alias("dup"), "send_op",
-            c("idem").alias("value_idem"),
+        reads_of = ("phantom-read", "aborted-read", "resurrected")
+        keys = flagged.filter(c("vkind").isin(*reads_of) | c("dup")).select(
+            "tp", "value", "topic", "partition", "vkind", c("dup").cast("int").alias("dup"),
+            F.coalesce("send_op", "x_send_op").alias("send_op"), "x_topic", c("idem").alias("value_idem"),
         )
         per_offset = self._persist(self._first_reads(
             keys, ["tp", "value"], n_flag,
             ["run", "tp", "topic", "partition", "value", "offset", "vkind", "dup", "send_op",
-             "value_idem"]))
+             "x_topic", "value_idem"]))
         single = self._ranked(
-            per_offset.filter(c("vkind").isin("phantom-read", "aborted-read")), "vkind",
+            per_offset.filter(c("vkind").isin(*reads_of)), "vkind",
             ["topic", "partition", "value", "offset"],
         )
         dups = self._ranked(
@@ -1045,8 +1098,10 @@ class SparkChecker:
                 continue
             inst = {"topic": r.topic, "partition": r.partition, "value": r.value, "offset": r.offset,
                     "index": r.idx, "time": r.time, "op": r.op, "process": r.process}
-            if r.vkind == "aborted-read":
+            if r.vkind != "phantom-read":
                 inst["send_op"] = r.send_op
+            if r.vkind == "resurrected":
+                inst["acknowledged_in"] = r.x_topic
             f.anomalies[r.vkind].append(inst)
         for (k, topic, partition, value), rs in dup_rows.items():
             rs.sort(key=lambda r: (r.idx, r.offset))
@@ -1057,6 +1112,37 @@ class SparkChecker:
                 "op": w.op, "process": w.process, "send_op": rs[0].send_op,
                 "idempotent": rs[0].value_idem == 1,
             })
+
+    def _other_incarnation(self, vals, unsent_read):
+        """`vals` with, for a value read where nothing sent it, what another
+        incarnation of its topic (reports/incarnations.py) says: `x_kind`
+        resurrected (acknowledged in an earlier one), aborted-read (failed
+        there) or excused (its answer may have come from either); `x_send_op`
+        and `x_topic` name that send. Null columns when no topic was re-created."""
+        from pyspark.sql import functions as F
+
+        c = F.col
+        rows = [(tp, k, *split(topic), partition, topic) for tp, (k, topic, partition) in self.tps.items()
+                if split(topic)[0] in self.incarnations[k].created]
+        if not rows:
+            return (vals.withColumn("x_kind", F.lit(None).cast("string"))
+                    .withColumn("x_send_op", F.lit(None).cast("long"))
+                    .withColumn("x_topic", F.lit(None).cast("string")))
+        itp = F.broadcast(self.spark.createDataFrame(
+            rows, "tp long, irun int, base string, k int, partition int, name string"))
+        read = (vals.filter(unsent_read).select("run", "tp", "value")
+                .join(itp, "tp").drop("irun", "name"))
+        sent = (self.ops.filter(c("fn") == F_SEND)
+                .select("run", c("tp").alias("stp"), "value", c("op").alias("x_send_op"),
+                        c("outcome").alias("x_outcome"))
+                .join(itp.select(c("tp").alias("stp"), "base", "partition", c("k").alias("sk"),
+                                 c("name").alias("x_topic")), "stp"))
+        found = (read.join(sent, ["run", "base", "partition", "value"]).filter(c("sk") != c("k"))
+                 .select("run", "tp", "value", "x_send_op", "x_topic",
+                         F.when(c("x_outcome") == T_FAIL, "aborted-read")
+                         .when((c("x_outcome") == T_OK) & (c("sk") < c("k")), "resurrected")
+                         .otherwise("excused").alias("x_kind")))
+        return vals.join(found, ["run", "tp", "value"], "left")
 
     def _take(self, findings, kind: str, rows, make) -> None:
         """Instances of `kind` from collected rows ranked by `_ranked` (with `total`)."""

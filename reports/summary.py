@@ -17,6 +17,8 @@ from pathlib import Path
 
 # Judged from a consumer group's commits and rebalances (groups.jsonl; reports/groups.py).
 GROUP_TYPES = ("commit-regressed", "group-skipped", "resume-past-commit")
+# Judged only where a topic was deleted and created again (reports/incarnations.py).
+INCARNATION_TYPES = ("resurrected",)
 
 ANOMALY_TYPES = (
     "lost",
@@ -31,6 +33,7 @@ ANOMALY_TYPES = (
     "lost-unreplicated",
     "read-uncommitted",
     "truncated-read",
+    "resurrected",
     "nonmonotonic-send",
     "ack-below-min-isr",
     "replica-divergence",
@@ -83,7 +86,7 @@ def sort_key(kind: str):
         return lambda a: (a["topic"], a["partition"], a["value"])
     if kind == "inconsistent-offset":
         return lambda a: (a["topic"], a["partition"], a["offset"])
-    if kind in ("aborted-read", "phantom-read"):
+    if kind in ("aborted-read", "phantom-read", "resurrected"):
         return lambda a: (a["topic"], a["partition"], a["value"], a["offset"])
     return lambda a: (a["topic"], a["partition"], a["process"], a["index"], a["offset"], a["previous"])
 
@@ -180,8 +183,9 @@ def empty_counts() -> dict:
 
 
 def final_reads_complete(partitions: list[dict]) -> bool:
-    """anomalies.md: complete when every partition written or read had a complete final poll."""
-    return all(p["final_complete"] for p in partitions)
+    """anomalies.md: complete when every partition written or read had a complete
+    final poll, but those of a topic incarnation deleted before the end."""
+    return all(p["final_complete"] or p.get("deleted") for p in partitions)
 
 
 def fatal_types(findings: Findings, final_complete: bool) -> list[str]:
