@@ -116,6 +116,8 @@ class Resolver:
         # The run's topics: what admin operations may act on (None: every
         # topic). A cluster shared by several runs holds the others' too.
         self.topics: set[str] | None = None
+        # The run's consumer groups (recreate-topic leaves the topics they read alone).
+        self.groups: set[str] = set()
 
     @property
     def zk(self) -> Any:

@@ -132,6 +132,7 @@ class Run:
         self._faults: FaultContext | None = None
         self._default_partition: tuple[str, int] | None = None
         self._topics: set[str] | None = None      # the run's topics, once created
+        self._groups: set[str] = set()            # its consumer groups
         self.started_at = utc_now_iso()
         self._lock = threading.Lock()
         self.meta: dict[str, Any] = {
@@ -164,7 +165,8 @@ class Run:
                 self._faults = FaultContext.create(
                     self.cluster, lambda: self.zk, seed=self.seed, recorder=self.recorder,
                     log=self.log, partition=self._default_partition, mechanism=self.mechanism,
-                    topics=self._topics)
+                    topics=self._topics, observe=self.observations.write)
+                self._faults.resolver.groups = set(self._groups)
             return self._faults
 
     def active_faults(self) -> list[dict[str, Any]]:
@@ -216,6 +218,10 @@ class Run:
                                  log=self.log)
         self.meta["workload"] = spec.to_json()
         self._write_meta(outcome="running")
+        if spec.sub_via == "subscribe":
+            self._groups.add(self.workload.group)
+            if self._faults is not None:
+                self._faults.resolver.groups = set(self._groups)
         self.phase = "workload"
         return self.workload.start()
 

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable
 
 from cluster import zkpaths
 from cluster.deadline import wait_until
-from reports.summary import GROUP_TYPES
+from reports.summary import GROUP_TYPES, INCARNATION_TYPES
 
 # The length of one fault run of test_suite_faults.py: issue 5 asks for 60 s
 # (the `slow` variant); the CI default keeps the whole suites/ folder within
@@ -84,8 +84,10 @@ def assert_valid(run: Any, checker: str | None = None) -> dict[str, Any]:
     seed and the run directory (its report.html says the rest)."""
     summary = run.verdict(checker)
     # The group oracles judge a consumer group (--sub-via subscribe): a run
-    # whose consumers assign their own partitions has none for them to read.
+    # whose consumers assign their own partitions has none for them to read;
+    # `resurrected` judges topics deleted and created again (recreate-topic).
     grouped = (run.meta.get("workload") or {}).get("sub_via") == "subscribe"
+    recreated = "recreate-topic" in run.meta.get("faults", ())
     problems = []
     for kind in summary.get("fatal", []):
         first = summary["anomalies"].get(kind, [])[:3]
@@ -93,7 +95,8 @@ def assert_valid(run: Any, checker: str | None = None) -> dict[str, Any]:
     if summary["valid"] is None:
         problems.append(f"final reads incomplete: {summary.get('warnings')}")
     unchecked = {k: v for k, v in summary.get("oracles", {}).items()
-                 if v != "checked" and (grouped or k not in GROUP_TYPES)}
+                 if v != "checked" and (grouped or k not in GROUP_TYPES)
+                 and (recreated or k not in INCARNATION_TYPES)}
     if unchecked:
         problems.append(f"oracles without input: {unchecked}")
     assert not problems, (f"run {run.run_dir} (seed {run.seed}) is not valid:\n  "

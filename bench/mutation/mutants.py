@@ -227,6 +227,11 @@ MUTANTS: list[Mutant] = [
            "",
            "g-topics", "a broker that registers again after its session expired keeps the "
                        "replicas of topics deleted meanwhile (and leads them)"),
+    Mutant("topic-id-ignored", "cluster/server/replica_manager.py",
+           "    return bool(local_id and topic_id and local_id != topic_id)",
+           "    return False",
+           "g-topics", "a replica of a deleted topic is kept as the replica of the topic created "
+                       "again under its name: the old log comes back"),
     # -- consumer groups (docs/design.md#groups; suites/test_suite_groups.py) -------------------
     Mutant("commit-stale-generation-accepted", "cluster/server/group_coordinator.py",
            "        if generation_id != group.generation_id:\n            return all_(E.ILLEGAL_GENERATION)",

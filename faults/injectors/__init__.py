@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from faults.injectors.admin import AddPartitions, ElectPreferred, MoveLeader, Reassign
+from faults.injectors.admin import AddPartitions, ElectPreferred, MoveLeader, Reassign, RecreateTopic
 from faults.injectors.base import FaultContext, FaultError, Injector
 from faults.injectors.disk import BadOffset, BitFlip, LoseUnfsynced, TruncateTail
 from faults.injectors.link import LinkToxic
@@ -119,6 +119,9 @@ CATALOGUE: dict[str, FaultKind] = {k.name: k for k in [
        min_s=lambda p: ADMIN_OPERATION_S),
     _k("add-partitions", "admin", AddPartitions, (None,),
        about="one of the run's topics gets one more partition",
+       min_s=lambda p: ADMIN_OPERATION_S),
+    _k("recreate-topic", "admin", RecreateTopic, (None,),
+       about="one of the run's topics deleted and created again on the same replicas",
        min_s=lambda p: ADMIN_OPERATION_S),
 ]}
 

@@ -15,10 +15,13 @@ it changed.
                    (reorder its replicas, then elect the new first one)
   reassign         one replica of a partition moves to a broker that had none
   add-partitions   one of the run's topics gets one more partition
+  recreate-topic   one of the run's topics deleted and created again on the
+                   same replicas (the checker judges each incarnation apart)
 """
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from cluster import admin, zkpaths
@@ -217,3 +220,93 @@ class AddPartitions(_AdminOperation):
         self.notes.append(f"{self.topic}/{','.join(map(str, sorted(self.new)))} "
                           + ("led with a full ISR" if done else "not led with a full ISR when "
                              "the step ended"))
+
+
+# observations.jsonl kinds (docs/history-format.md): when a topic's deletion
+# and its new incarnation were asked; the checker names ops by incarnation.
+TOPIC_DELETE, TOPIC_CREATE = "topic-delete", "topic-create"
+# Between the old incarnation gone and the new one asked: the old one's
+# answers still on their way to the history (a loaded worker) arrive first,
+# so that the checker attributes each send by when it completed.
+RECREATE_PAUSE_S = 3.0
+
+
+class RecreateTopic(_AdminOperation):
+    """Delete one of the run's topics and create it again under its name on
+    the same replicas (docs/design.md#topics, #topic-ids) while other faults
+    happen: a replica whose broker was down, frozen or cut off during the
+    deletion must not bring the old log back. The run's observations record
+    when the deletion and the new incarnation were asked, so that the checker
+    judges each incarnation apart (records of the deleted one are gone, not
+    lost; one of them read from the new one is `resurrected`). The step ends
+    once the new topic is led; stopping it earlier finishes the re-creation,
+    so the workload's topic never stays deleted. Not in a run with a
+    consumer group: its committed offsets would outlive the topic."""
+    fault = "recreate-topic"
+
+    def __init__(self, ctx: FaultContext, target: str | None = None, **params: Any):
+        super().__init__(ctx, target, **params)
+        self._created = False
+        self._create_lock = threading.Lock()
+
+    def _resolve(self) -> list[str]:
+        if self.ctx.observe is None:
+            raise FaultError("recreate-topic needs a chaos run: the checker must learn from its "
+                             "observations when the topic was deleted and created again")
+        if self.ctx.resolver.groups:
+            raise FaultError(f"recreate-topic is not for a run with a consumer group "
+                             f"({', '.join(sorted(self.ctx.resolver.groups))}): its committed "
+                             f"offsets would outlive the deleted topic")
+        topics = sorted(t for t in (self.ctx.resolver.topics or admin.list_topics(self.zk))
+                        if not t.startswith("__"))
+        if not topics:
+            raise FaultError("no topic to delete and create again")
+        self.topic = self.ctx.rng.choice(topics)
+        self.assignment = {p["partition"]: list(p["replicas"])
+                           for p in admin.describe_topic(self.zk, self.topic)["partitions"]}
+        self.params = {**self.params, "topic": self.topic}
+        return [_broker(self.ctx.resolver.controller())]
+
+    def request(self) -> None:
+        # Observed first: an op answered after this may have met the deletion.
+        self.ctx.observe(TOPIC_DELETE, topic=self.topic)
+        admin.delete_topic(self.zk, self.topic)
+
+    def _deleted(self) -> bool:
+        return not (self.zk.exists(zkpaths.topic_path(self.topic))
+                    or self.zk.exists(zkpaths.delete_topic_path(self.topic)))
+
+    def _create(self) -> None:
+        with self._create_lock:
+            if self._created:
+                return
+            self.ctx.observe(TOPIC_CREATE, topic=self.topic)
+            admin.create_topic(self.zk, self.topic, len(self.assignment), 0,
+                               replica_assignment=self.assignment)
+            self._created = True
+
+    def _led(self) -> bool:
+        return all(p["leader"] >= 0 for p in admin.describe_topic(self.zk, self.topic)["partitions"])
+
+    def settle(self) -> None:
+        if not self._wait(self._deleted):
+            self.notes.append("deletion not done when the step ended")
+            return
+        if self._cancel.wait(RECREATE_PAUSE_S):
+            return  # (stopped: _stop creates it)
+        self._create()
+        done = self._wait(self._led)
+        self.notes.append(f"{self.topic} deleted and created again"
+                          + ("" if done else ", not led when the step ended"))
+
+    def _stop(self) -> None:
+        super()._stop()
+        if self._created:
+            return
+        if wait_until(self._deleted, OPERATION_TIMEOUT_S, 0.5, retry_on=(Exception,)):
+            time.sleep(RECREATE_PAUSE_S)
+            self._create()
+            self.notes.append(f"{self.topic} created again at the step's end")
+        else:
+            self.notes.append(f"{self.topic}: the deletion did not finish, the topic was not "
+                              f"created again")

@@ -30,7 +30,9 @@ class FaultError(RuntimeError):
 @dataclass
 class FaultContext:
     """What an injector may use. `recorder` is a harness.history.HistoryRecorder
-    (anything with .nemesis(fault, phase, targets, detail)) or None."""
+    (anything with .nemesis(fault, phase, targets, detail)) or None; `observe`
+    writes a line of the run's observations.jsonl (`observe(kind, **fields)`,
+    stamped with the history's clock), None outside a run."""
     cluster: Any
     resolver: Resolver
     rng: random.Random
@@ -38,6 +40,7 @@ class FaultContext:
     log: Callable[[str], None] = field(default=lambda msg: print(msg, file=sys.stderr))
     mechanism: str = "auto"        # partitions: iptables | proxy | auto
     wait_timeout: float = 60.0     # for "broker left/rejoined ZooKeeper" waits
+    observe: Callable[..., Any] | None = None
 
     @property
     def default_partition(self) -> tuple[str, int] | None:
@@ -47,7 +50,8 @@ class FaultContext:
     def create(cls, cluster: Any, zk: Any, *, seed: int | None, recorder: Any = None,
                log: Callable[[str], None] = lambda msg: None,
                partition: tuple[str, int] | None = None, mechanism: str = "auto",
-               topics: set[str] | None = None) -> "FaultContext":
+               topics: set[str] | None = None,
+               observe: Callable[..., Any] | None = None) -> "FaultContext":
         """The one way to make a context: role choices draw from their own
         stream of the seed (apart from the schedule's draws), so a seeded run
         makes the same choices against the same cluster state; seed None
@@ -56,7 +60,8 @@ class FaultContext:
         rng = random.Random(None if seed is None else seed * 2 + 1)
         resolver = Resolver(cluster, zk, rng, partition)
         resolver.topics = set(topics) if topics is not None else None
-        return cls(cluster, resolver, rng, recorder=recorder, log=log, mechanism=mechanism)
+        return cls(cluster, resolver, rng, recorder=recorder, log=log, mechanism=mechanism,
+                   observe=observe)
 
 
 class Injector(abc.ABC):

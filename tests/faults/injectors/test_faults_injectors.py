@@ -368,3 +368,17 @@ def test_latency_toxic_and_heal_all(proxy_server, echo):
     assert any("enabled" in d for d in done) and any("chaoslog-latency" in d for d in done)
     assert roundtrip(c.listen) == b"ping"
     inj.stop()  # nothing left to remove: still fine
+
+
+def test_recreate_topic_is_refused_outside_a_run_and_beside_a_consumer_group():
+    """The checker learns of a re-creation from the run's observations, and a
+    consumer group's committed offsets would outlive the deleted topic: the
+    step is refused before anything is touched (no ZooKeeper here)."""
+    from faults.injectors.admin import RecreateTopic
+    ctx = FaultContext(None, Resolver(None, None, random.Random(0)), random.Random(0))
+    with pytest.raises(FaultError, match="needs a chaos run"):
+        RecreateTopic(ctx).start()
+    ctx.observe = lambda kind, **fields: None
+    ctx.resolver.groups = {"chaoslog-g"}
+    with pytest.raises(FaultError, match=r"consumer group \(chaoslog-g\)"):
+        RecreateTopic(ctx).start()
