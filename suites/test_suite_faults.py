@@ -96,7 +96,7 @@ def _role(fault: str) -> str | None:
 
 def _params(fault: str) -> dict:
     return {"hard-bounce": {"times": 1}, "clean-bounce": {"times": 1},
-            "partition-one-way": {"direction": "in"}}.get(fault, {})
+            "partition-one-way": {"direction": "in"}, "reassign": {"how": "move"}}.get(fault, {})
 
 
 def _min_hold(fault: str, params: dict) -> float:

@@ -115,7 +115,9 @@ CATALOGUE: dict[str, FaultKind] = {k.name: k for k in [
        about="a partition's leadership moves to an in-sync follower (reorder, then elect)",
        min_s=lambda p: ADMIN_OPERATION_S),
     _k("reassign", "admin", Reassign, (None,),
-       about="one replica of a partition moves to a broker that had none (a spare broker)",
+       draw=lambda r: {"how": r.choice(Reassign.HOWS)},
+       about="a partition's replicas change: how=move one to a spare broker, grow by one, "
+             "or shrink by a follower",
        min_s=lambda p: ADMIN_OPERATION_S),
     _k("add-partitions", "admin", AddPartitions, (None,),
        about="one of the run's topics gets one more partition",

@@ -13,7 +13,8 @@ it changed.
   elect-preferred  every partition's preferred replica leads again
   move-leader      one partition's leadership moves to an in-sync follower
                    (reorder its replicas, then elect the new first one)
-  reassign         one replica of a partition moves to a broker that had none
+  reassign         a partition's replicas change: one moves to a broker that had
+                   none, one more is added, or a follower is dropped
   add-partitions   one of the run's topics gets one more partition
   recreate-topic   one of the run's topics deleted and created again on the
                    same replicas (the checker judges each incarnation apart)
@@ -160,24 +161,43 @@ class MoveLeader(_AdminOperation):
 
 
 class Reassign(_AdminOperation):
-    """Move one replica of a partition to a live broker that holds none of it
-    (needs more brokers than the partition has replicas)."""
+    """Change one partition's replicas (docs/design.md#reassignment), as
+    `how` says: `move` one replica to a live broker that holds none of it,
+    `grow` by one such broker, or `shrink` by one follower (never below two
+    replicas). Moving and growing need more brokers than the partition has
+    replicas."""
     fault = "reassign"
+    HOWS = ("move", "grow", "shrink")
 
     def _resolve(self) -> list[str]:
         rng = self.ctx.rng
+        how = self.params.get("how", "move")
+        if how not in self.HOWS:
+            raise FaultError(f"reassign how={how!r}: one of {', '.join(self.HOWS)}")
         live = sorted(self.ctx.resolver.live_brokers())
-        candidates = [(t, p, d) for (t, p), d in sorted(_leaders(self.zk, self.ctx.resolver.topics).items())
-                      if any(b not in d["replicas"] for b in live)]
-        if not candidates:
-            raise FaultError("no partition has a live broker outside its replicas")
-        t, p, d = rng.choice(candidates)
-        out = rng.choice(d["replicas"])
-        into = rng.choice([b for b in live if b not in d["replicas"]])
+        placed = sorted(_leaders(self.zk, self.ctx.resolver.topics).items())
+        if how == "shrink":
+            candidates = [(t, p, d) for (t, p), d in placed if len(d["replicas"]) > 2]
+            if not candidates:
+                raise FaultError("no partition has more than two replicas to shrink")
+            t, p, d = rng.choice(candidates)
+            out = rng.choice([r for r in d["replicas"] if r != d["leader"]])
+            self.replicas, moved = [r for r in d["replicas"] if r != out], [out]
+        else:
+            candidates = [(t, p, d) for (t, p), d in placed if any(b not in d["replicas"] for b in live)]
+            if not candidates:
+                raise FaultError("no partition has a live broker outside its replicas")
+            t, p, d = rng.choice(candidates)
+            into = rng.choice([b for b in live if b not in d["replicas"]])
+            if how == "grow":
+                self.replicas, moved = [*d["replicas"], into], [into]
+            else:
+                out = rng.choice(d["replicas"])
+                self.replicas, moved = [into if r == out else r for r in d["replicas"]], [out, into]
         self.partition = (t, p)
-        self.replicas = [into if r == out else r for r in d["replicas"]]
-        self.params = {**self.params, "partition": f"{t}/{p}", "from": out, "to": into}
-        return [_broker(out), _broker(into)]
+        self.params = {**self.params, "how": how, "partition": f"{t}/{p}",
+                       "replicas": ",".join(map(str, self.replicas))}
+        return [_broker(b) for b in moved]
 
     def request(self) -> None:
         admin.reassign(self.zk, {self.partition: self.replicas})
