@@ -2,7 +2,7 @@
 harness side that starts them and turns their reports into the history.
 
 Workers talk to the cluster with real Kafka clients (confluent-kafka by
-default, kafka-python on request) and report what they saw as JSON lines on
+default, kafka-python or aiokafka on request) and report what they saw as JSON lines on
 stdout; they know nothing of the history's global numbering. The harness
 (runner.Workload) assigns index, time, op and process ids when a line
 arrives. That split lets a worker run anywhere a Python and the clients exist

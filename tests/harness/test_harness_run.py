@@ -69,7 +69,7 @@ def test_print_schedule_json(capsys):
     (["--topics", "a,a"], "named twice"),
     (["--interval", "5,1"], "MIN <= MAX"),
     (["--commit", "auto"], "only consumers of a group commit"),
-    (["--sub-via", "subscribe", "--client", "kafka-python"], "needs --client confluent"),
+    (["--sub-via", "subscribe", "--client", "aiokafka", "--commit", "auto"], "commits manual or none"),
 ])
 def test_impossible_settings_are_refused_in_one_line(capsys, argv, message):
     assert cli("run", "--backend", "local", *argv) == EXIT_REFUSED

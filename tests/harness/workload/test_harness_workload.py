@@ -176,7 +176,8 @@ def test_group_settings_are_checked():
     spec = WorkloadSpec({"t": 1}, sub_via="subscribe", commit="auto")
     assert WorkloadSpec.from_json(spec.to_json()) == spec
     for bad, why in (({"sub_via": "both"}, "sub_via"), ({"commit": "sometimes"}, "commit"),
-                     ({"sub_via": "subscribe", "client": "kafka-python"}, "needs --client")):
+                     ({"sub_via": "subscribe", "client": "kafka-python", "commit": "auto"},
+                      "commits manual or none")):
         with pytest.raises(ValueError, match=why):
             WorkloadSpec({"t": 1}, **bad)
 
