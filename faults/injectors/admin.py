@@ -266,7 +266,7 @@ class RecreateTopic(_AdminOperation):
 
     def __init__(self, ctx: FaultContext, target: str | None = None, **params: Any):
         super().__init__(ctx, target, **params)
-        self._created = False
+        self._created = self._observed = False
         self._create_lock = threading.Lock()
 
     def _resolve(self) -> list[str]:
@@ -297,12 +297,20 @@ class RecreateTopic(_AdminOperation):
                     or self.zk.exists(zkpaths.delete_topic_path(self.topic)))
 
     def _create(self) -> None:
+        """Observed once, before the write (no op of the new incarnation can
+        complete before it); a write whose answer was lost is not repeated."""
         with self._create_lock:
             if self._created:
                 return
-            self.ctx.observe(TOPIC_CREATE, topic=self.topic)
-            admin.create_topic(self.zk, self.topic, len(self.assignment), 0,
-                               replica_assignment=self.assignment)
+            if not self._observed:
+                self.ctx.observe(TOPIC_CREATE, topic=self.topic)
+                self._observed = True
+            try:
+                admin.create_topic(self.zk, self.topic, len(self.assignment), 0,
+                                   replica_assignment=self.assignment)
+            except Exception:
+                if not self.zk.exists(zkpaths.topic_path(self.topic)):
+                    raise
             self._created = True
 
     def _led(self) -> bool:
