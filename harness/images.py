@@ -11,6 +11,14 @@ turns into a base image. Two images are built FROM it:
 
 Each image is tagged with a hash of its inputs, so "is it up to date?" is one
 `docker image inspect`: a rebuild with nothing changed takes well under 5 s.
+
+One more image is opt-in, because its build takes many minutes
+(`chaoslog images --target tansu`, never part of `make test` or setup):
+
+  chaoslog-tansu       the tansu broker (Rust, crates.io; images/tansu/crate.toml
+                       pins version and features), compiled on the host with
+                       `cargo install --locked`, and PostgreSQL 15 from Debian
+                       as its shared storage (harness/backends/tansu.py)
 """
 from __future__ import annotations
 
@@ -229,7 +237,7 @@ def prune(keep: ImageSet | None = None) -> list[str]:
     """Remove chaoslog images other than the current ones (old hashes pile up)."""
     client = docker_client()
     keep = keep or _tags()
-    keep_set = {keep.base, keep.zookeeper, keep.broker}
+    keep_set = {keep.base, keep.zookeeper, keep.broker, tansu_tag()}
     removed = []
     for img in client.images.list(filters={"label": LABEL}):
         if not any(t in keep_set for t in img.tags):
@@ -239,3 +247,141 @@ def prune(keep: ImageSet | None = None) -> list[str]:
             except Exception:
                 pass  # still used by a container; next prune gets it
     return removed
+
+
+# -- tansu: a second Kafka-protocol system, opt-in -------------------------------
+
+TANSU_DIR = IMAGE_DIR / "tansu"
+TANSU_BUILD_HINT = "chaoslog images --target tansu"
+
+
+@dataclass(frozen=True)
+class TansuCrate:
+    """What images/tansu/crate.toml pins: the crate, its version, its features."""
+    name: str
+    version: str
+    features: tuple[str, ...]
+
+    @property
+    def spec(self) -> str:
+        return f"{self.name}@{self.version}"
+
+
+def tansu_crate() -> TansuCrate:
+    import tomllib
+    d = tomllib.loads((TANSU_DIR / "crate.toml").read_text())
+    return TansuCrate(str(d["crate"]), str(d["version"]), tuple(d.get("features", ())))
+
+
+def tansu_tag() -> str:
+    """chaoslog-tansu:<hash of the base image's tag and images/tansu/ (Dockerfile,
+    scripts, schema, crate.toml)>. The toolchain is not part of it: it is
+    recorded in the image's labels instead (org.chaoslog.tansu.toolchain)."""
+    return f"chaoslog-tansu:{_hash(_tags().base.encode(), _tree_bytes([TANSU_DIR]))}"
+
+
+def tansu_image_built() -> bool:
+    """Whether the tansu image of the current inputs exists (no build)."""
+    return _exists(docker_client(), tansu_tag())
+
+
+def _cargo_toolchain() -> str:
+    cargo = shutil.which("cargo")
+    if not cargo:
+        raise ImageError("cargo is not installed: the tansu image compiles tansu from crates.io "
+                         "(install a Rust toolchain, e.g. with rustup, then run "
+                         f"`{TANSU_BUILD_HINT}` again)")
+    r = subprocess.run([cargo, "--version"], capture_output=True, text=True)
+    rustc = subprocess.run(["rustc", "--version"], capture_output=True, text=True)
+    return f"{r.stdout.strip()}; {rustc.stdout.strip()}"
+
+
+def _tansu_binary(crate: TansuCrate, toolchain: str) -> Path:
+    """The tansu binary of `crate`, compiled once per crate spec and toolchain
+    (cached under ~/.cache/chaoslog/tansu/) with the lockfile the crate was
+    published with (--locked), at the lowest CPU priority: a build takes many
+    minutes and must not slow a chaos run on the same machine."""
+    root = _cache_dir() / "tansu"
+    key = _hash(repr(crate).encode(), toolchain.encode())
+    out = root / f"{crate.name}-{crate.version}-{key}"
+    binary = out / "bin" / crate.name
+    if binary.exists():
+        return binary
+    cmd = ["cargo", "install", "--locked", "--root", str(out), "--target-dir", str(root / "target"),
+           crate.spec]
+    if crate.features:
+        cmd += ["--features", ",".join(crate.features)]
+    if shutil.which("nice"):
+        cmd = ["nice", "-n", "19", *cmd]
+    _say(f"compiling {crate.spec} (features: {', '.join(crate.features) or 'default'}) "
+         f"with {toolchain}; this takes many minutes")
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0 or not binary.exists():
+        raise ImageError(f"cargo install {crate.spec} failed (exit {r.returncode}):\n{r.stderr[-4000:]}")
+    _say(f"compiled {binary} in {time.monotonic() - t0:.0f}s")
+    return binary
+
+
+def _tables(sql: str) -> dict[str, set[str]]:
+    """table -> column names of the CREATE TABLE statements in `sql`
+    (constraint lines are not columns)."""
+    import re
+    out: dict[str, set[str]] = {}
+    sql = re.sub(r"--[^\n]*", "", sql)
+    for m in re.finditer(r"create table (?:if not exists )?(\w+)\s*\((.*?)\n\);", sql, re.S | re.I):
+        cols = set()
+        for line in m.group(2).splitlines():
+            word = re.match(r'\s*"?(\w*)', line).group(1).lower()
+            if word and word not in ("primary", "unique", "foreign", "constraint", "check"):
+                cols.add(word)
+        out[m.group(1).lower()] = cols
+    return out
+
+
+def _check_tansu_schema(crate: TansuCrate) -> None:
+    """images/tansu/schema.sql must hold every table and column of the
+    schema tansu-storage ships for its SQL engines (src/ddl/*.sql, in the
+    crate cargo just downloaded): a new tansu version that adds one fails
+    here, by name, rather than with SQL errors in a chaos run."""
+    home = Path(os.environ.get("CARGO_HOME", Path.home() / ".cargo"))
+    ddls = sorted(home.glob(f"registry/src/*/tansu-storage-{crate.version}/src/ddl"))
+    if not ddls:
+        raise ImageError(f"tansu-storage {crate.version}'s src/ddl is not in {home}/registry/src: "
+                         "cannot check images/tansu/schema.sql against it")
+    theirs = _tables("\n".join(p.read_text() for p in sorted(ddls[-1].glob("*.sql"))))
+    ours = _tables((TANSU_DIR / "schema.sql").read_text())
+    missing = [f"{t}.{c}" for t, cols in sorted(theirs.items())
+               for c in sorted(cols - ours.get(t, set()))]
+    missing += [t for t in sorted(theirs) if t not in ours]
+    if missing:
+        raise ImageError(f"images/tansu/schema.sql lacks what tansu-storage {crate.version} "
+                         f"has: {', '.join(missing)}")
+
+
+def ensure_tansu_image(force: bool = False) -> str:
+    """Build the tansu image of the current inputs if it is missing (the base
+    image first if need be); return its tag. `force` builds the image again,
+    from the cached binary: a compiled crate version does not change."""
+    client = docker_client()
+    base, tag = _tags().base, tansu_tag()
+    if not force and _exists(client, tag):
+        return tag
+    if not _exists(client, base):
+        _build_base(client, base)
+    crate = tansu_crate()
+    toolchain = _cargo_toolchain()
+    t0 = time.monotonic()
+    binary = _tansu_binary(crate, toolchain)
+    _check_tansu_schema(crate)
+
+    def prepare(ctx: Path) -> None:
+        shutil.copy2(binary, ctx / "tansu")
+        with open(ctx / "Dockerfile", "a") as f:
+            f.write(f'LABEL org.chaoslog.tansu.crate="{crate.spec}" '
+                    f'org.chaoslog.tansu.features="{",".join(crate.features)}" '
+                    f'org.chaoslog.tansu.toolchain="{toolchain}"\n')
+
+    _build_from_dir(client, "tansu", tag, base, prepare=prepare)
+    _say(f"{tag} ready in {time.monotonic() - t0:.1f}s")
+    return tag
