@@ -17,8 +17,12 @@ One more image is opt-in, because its build takes many minutes
 
   chaoslog-tansu       the tansu broker (Rust, crates.io; images/tansu/crate.toml
                        pins version and features), compiled on the host with
-                       `cargo install --locked`, and PostgreSQL 15 from Debian
-                       as its shared storage (harness/backends/tansu.py)
+                       `cargo install --locked`, on the base image
+  chaoslog-tansu-postgres
+                       its shared storage: PostgreSQL 17 from a Debian 13 root
+                       filesystem (tansu 0.6.0 needs PostgreSQL 16 or later;
+                       Debian 12 has 15), with tansu's schema
+(harness/backends/tansu.py runs them.)
 """
 from __future__ import annotations
 
@@ -237,7 +241,7 @@ def prune(keep: ImageSet | None = None) -> list[str]:
     """Remove chaoslog images other than the current ones (old hashes pile up)."""
     client = docker_client()
     keep = keep or _tags()
-    keep_set = {keep.base, keep.zookeeper, keep.broker, tansu_tag()}
+    keep_set = {keep.base, keep.zookeeper, keep.broker, *_tansu_tags()}
     removed = []
     for img in client.images.list(filters={"label": LABEL}):
         if not any(t in keep_set for t in img.tags):
@@ -273,16 +277,84 @@ def tansu_crate() -> TansuCrate:
     return TansuCrate(str(d["crate"]), str(d["version"]), tuple(d.get("features", ())))
 
 
-def tansu_tag() -> str:
-    """chaoslog-tansu:<hash of the base image's tag and images/tansu/ (Dockerfile,
-    scripts, schema, crate.toml)>. The toolchain is not part of it: it is
-    recorded in the image's labels instead (org.chaoslog.tansu.toolchain)."""
-    return f"chaoslog-tansu:{_hash(_tags().base.encode(), _tree_bytes([TANSU_DIR]))}"
+# PostgreSQL for tansu: Debian 13's, the first Debian release with 16 or later.
+TANSU_PG_SUITE = "trixie"
+TANSU_PG_PACKAGES = ("postgresql-17", "iptables")
+
+
+@dataclass(frozen=True)
+class TansuImages:
+    tansu: str        # the broker
+    postgres: str     # its storage
+
+
+def tansu_tags() -> TansuImages:
+    """The tags of the current inputs. chaoslog-tansu: a hash of the base
+    image's tag, crate.toml, the Dockerfile and tansu-node (not the
+    toolchain: it is recorded in the image's labels). chaoslog-tansu-postgres:
+    a hash of the suite, the packages and images/tansu/postgres/."""
+    files = [TANSU_DIR / f for f in ("crate.toml", "Dockerfile", "tansu-node")]
+    tansu = _hash(_tags().base.encode(), _tree_bytes(files))
+    postgres = _hash(_pg_root_tag().encode(), _tree_bytes([TANSU_DIR / "postgres"]))
+    return TansuImages(f"chaoslog-tansu:{tansu}", f"chaoslog-tansu-postgres:{postgres}")
+
+
+def _pg_root_tag() -> str:
+    return f"chaoslog-tansu-pgroot:{_hash(repr((TANSU_PG_SUITE, TANSU_PG_PACKAGES)).encode())}"
+
+
+def _tansu_tags() -> tuple[str, ...]:
+    t = tansu_tags()
+    return (t.tansu, t.postgres, _pg_root_tag())
 
 
 def tansu_image_built() -> bool:
-    """Whether the tansu image of the current inputs exists (no build)."""
-    return _exists(docker_client(), tansu_tag())
+    """Whether both tansu images of the current inputs exist (no build)."""
+    client = docker_client()
+    t = tansu_tags()
+    return _exists(client, t.tansu) and _exists(client, t.postgres)
+
+
+def _host_mirror() -> str:
+    """The Debian mirror the host's apt sources name (deb822 or one-line), so
+    that a root filesystem of another suite also names no mirror of its own."""
+    text = _apt_sources().read_text()
+    for line in text.splitlines():
+        words = line.split()
+        if words[:1] == ["URIs:"] and len(words) > 1:
+            return words[1]
+        if words[:1] == ["deb"]:
+            return next(w for w in words[1:] if "://" in w)
+    raise ImageError(f"no Debian mirror found in {_apt_sources()}")
+
+
+def _build_pg_root(client, tag: str) -> None:
+    """A Debian root filesystem of TANSU_PG_SUITE with TANSU_PG_PACKAGES
+    (mmdebstrap + docker import, as the base image)."""
+    if not shutil.which("mmdebstrap"):
+        raise ImageError("mmdebstrap is not installed: run `apt-get install -y mmdebstrap`")
+    mirror = _host_mirror()
+    _say(f"building a Debian {TANSU_PG_SUITE} root filesystem with "
+         f"{', '.join(TANSU_PG_PACKAGES)} (from {mirror})")
+    with tempfile.TemporaryDirectory(prefix="chaoslog-pgroot-") as tmp:
+        tarball = Path(tmp) / "rootfs.tar"
+        cmd = ["mmdebstrap", "--variant=minbase", "--quiet",
+               "--include=" + ",".join(TANSU_PG_PACKAGES),
+               "--customize-hook=chroot \"$1\" apt-get clean; rm -rf \"$1\"/var/lib/apt/lists/* "
+               "\"$1\"/usr/share/doc/* \"$1\"/usr/share/man/* \"$1\"/usr/share/locale/*",
+               TANSU_PG_SUITE, str(tarball), f"deb {mirror} {TANSU_PG_SUITE} main"]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise ImageError(f"mmdebstrap {TANSU_PG_SUITE} failed (exit {r.returncode}):\n"
+                             f"{r.stderr[-3000:]}")
+        repo, version = tag.split(":")
+        with open(tarball, "rb") as f:
+            client.api.import_image_from_data(
+                f, repository=repo, tag=version,
+                changes=["ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                         f"LABEL {LABEL}=tansu-pgroot"])
+    if not _exists(client, tag):
+        raise ImageError(f"docker import did not produce {tag}")
 
 
 def _cargo_toolchain() -> str:
@@ -318,7 +390,8 @@ def _tansu_binary(crate: TansuCrate, toolchain: str) -> Path:
     t0 = time.monotonic()
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0 or not binary.exists():
-        raise ImageError(f"cargo install {crate.spec} failed (exit {r.returncode}):\n{r.stderr[-4000:]}")
+        raise ImageError(f"cargo install {crate.spec} failed (exit {r.returncode}):\n"
+                         f"{r.stderr[-4000:]}")
     _say(f"compiled {binary} in {time.monotonic() - t0:.0f}s")
     return binary
 
@@ -340,7 +413,7 @@ def _tables(sql: str) -> dict[str, set[str]]:
 
 
 def _check_tansu_schema(crate: TansuCrate) -> None:
-    """images/tansu/schema.sql must hold every table and column of the
+    """images/tansu/postgres/schema.sql must hold every table and column of the
     schema tansu-storage ships for its SQL engines (src/ddl/*.sql, in the
     crate cargo just downloaded): a new tansu version that adds one fails
     here, by name, rather than with SQL errors in a chaos run."""
@@ -348,40 +421,50 @@ def _check_tansu_schema(crate: TansuCrate) -> None:
     ddls = sorted(home.glob(f"registry/src/*/tansu-storage-{crate.version}/src/ddl"))
     if not ddls:
         raise ImageError(f"tansu-storage {crate.version}'s src/ddl is not in {home}/registry/src: "
-                         "cannot check images/tansu/schema.sql against it")
+                         "cannot check images/tansu/postgres/schema.sql against it")
     theirs = _tables("\n".join(p.read_text() for p in sorted(ddls[-1].glob("*.sql"))))
-    ours = _tables((TANSU_DIR / "schema.sql").read_text())
+    ours = _tables((TANSU_DIR / "postgres" / "schema.sql").read_text())
     missing = [f"{t}.{c}" for t, cols in sorted(theirs.items())
                for c in sorted(cols - ours.get(t, set()))]
     missing += [t for t in sorted(theirs) if t not in ours]
     if missing:
-        raise ImageError(f"images/tansu/schema.sql lacks what tansu-storage {crate.version} "
-                         f"has: {', '.join(missing)}")
+        raise ImageError(f"images/tansu/postgres/schema.sql lacks what tansu-storage "
+                         f"{crate.version} has: {', '.join(missing)}")
 
 
-def ensure_tansu_image(force: bool = False) -> str:
-    """Build the tansu image of the current inputs if it is missing (the base
-    image first if need be); return its tag. `force` builds the image again,
+def ensure_tansu_image(force: bool = False) -> TansuImages:
+    """Build whichever tansu image of the current inputs is missing (the base
+    images first if need be); return the tags. `force` builds both again,
     from the cached binary: a compiled crate version does not change."""
     client = docker_client()
-    base, tag = _tags().base, tansu_tag()
-    if not force and _exists(client, tag):
-        return tag
-    if not _exists(client, base):
-        _build_base(client, base)
-    crate = tansu_crate()
-    toolchain = _cargo_toolchain()
+    base, tags, pg_root = _tags().base, tansu_tags(), _pg_root_tag()
     t0 = time.monotonic()
-    binary = _tansu_binary(crate, toolchain)
-    _check_tansu_schema(crate)
+    if force or not _exists(client, tags.tansu):
+        if not _exists(client, base):
+            _build_base(client, base)
+        crate = tansu_crate()
+        toolchain = _cargo_toolchain()
+        binary = _tansu_binary(crate, toolchain)
 
-    def prepare(ctx: Path) -> None:
-        shutil.copy2(binary, ctx / "tansu")
-        with open(ctx / "Dockerfile", "a") as f:
-            f.write(f'LABEL org.chaoslog.tansu.crate="{crate.spec}" '
-                    f'org.chaoslog.tansu.features="{",".join(crate.features)}" '
-                    f'org.chaoslog.tansu.toolchain="{toolchain}"\n')
+        def prepare(ctx: Path) -> None:
+            shutil.rmtree(ctx / "postgres")
+            shutil.copy2(binary, ctx / "tansu")
+            with open(ctx / "Dockerfile", "a") as f:
+                f.write(f'LABEL org.chaoslog.tansu.crate="{crate.spec}" '
+                        f'org.chaoslog.tansu.features="{",".join(crate.features)}" '
+                        f'org.chaoslog.tansu.toolchain="{toolchain}"\n')
 
-    _build_from_dir(client, "tansu", tag, base, prepare=prepare)
-    _say(f"{tag} ready in {time.monotonic() - t0:.1f}s")
-    return tag
+        _build_from_dir(client, "tansu", tags.tansu, base, prepare=prepare)
+    if force or not _exists(client, tags.postgres):
+        _check_tansu_schema(tansu_crate())
+        if not _exists(client, pg_root):
+            _build_pg_root(client, pg_root)
+        _say(f"building {tags.postgres}")
+        with tempfile.TemporaryDirectory(prefix="chaoslog-tansu-postgres-") as tmp:
+            ctx = Path(tmp) / "ctx"
+            shutil.copytree(TANSU_DIR / "postgres", ctx)
+            _docker_build(client, ctx, tags.postgres, pg_root)
+    took = time.monotonic() - t0
+    if took > 1:
+        _say(f"tansu images ready in {took:.1f}s: {tags.tansu}, {tags.postgres}")
+    return tags

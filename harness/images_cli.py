@@ -35,11 +35,11 @@ def _tansu(args) -> int:
     import sys
     from harness import images
     try:
-        tag = images.ensure_tansu_image(force=args.force)
+        tags = images.ensure_tansu_image(force=args.force)
     except images.ImageError as e:
         print(f"chaoslog images --target tansu: {e}", file=sys.stderr)
         return 1
-    out = {"tansu": tag, "crate": images.tansu_crate().spec}
+    out = {"tansu": tags.tansu, "postgres": tags.postgres, "crate": images.tansu_crate().spec}
     if args.prune:
         out["removed"] = images.prune()
     print(json.dumps(out, indent=2))

@@ -5,12 +5,14 @@ Rust that keeps no log of its own: every broker is stateless and reads and
 writes one storage engine. With the PostgreSQL engine several brokers share
 one database and so serve one cluster; that is the shape built here:
 
-  postgres-1            PostgreSQL 15 from Debian's packages (the storage)
+  postgres-1            PostgreSQL 17 from Debian's packages (the storage;
+                        tansu 0.6.0 needs 16 or later)
   broker-1 .. broker-N  `tansu broker`, each advertising its container address
 
-all from the `chaoslog-tansu` image (`chaoslog images --target tansu`; see
-harness/images.py), on a private bridge network, with chaoslog's labels so
-that what a killed session leaves is reaped like any docker cluster's. The
+from the `chaoslog-tansu` and `chaoslog-tansu-postgres` images (`chaoslog
+images --target tansu`; see harness/images.py), on a private bridge network,
+with chaoslog's labels so that what a killed session leaves is reaped like
+any docker cluster's. The
 container plumbing (node operations, logs, workers, exec for iptables) is
 the docker backend's, so kill/stop/start/pause/resume, `exec` and `node_ip`
 behave exactly as they do there; `backend` is therefore "docker" and
@@ -45,6 +47,7 @@ STORAGE = "storage"                 # NodeInfo.kind of the PostgreSQL node
 POSTGRES = "postgres-1"
 CLUSTER_ID = "chaoslog"
 START_TIMEOUT = 90.0
+PG_ISREADY = "$(ls -d /usr/lib/postgresql/*/bin | tail -n 1)/pg_isready -q -h 127.0.0.1 -U postgres"
 
 # What this target refuses, by fault family or fault name, and why.
 REFUSED_FAMILIES = {
@@ -132,13 +135,15 @@ class TansuCluster(DockerCluster):
 
     # --- lifecycle -----------------------------------------------------
     def start(self) -> None:
-        from harness.images import TANSU_BUILD_HINT, ensure_images, tansu_image_built, tansu_tag
+        from harness.images import TANSU_BUILD_HINT, ensure_images, tansu_image_built, tansu_tags
         from testcontainers.core.network import Network
         t0 = time.monotonic()
+        tags = tansu_tags()
         if not tansu_image_built():
-            raise ClusterError(f"the tansu image {tansu_tag()} is not built: run "
-                               f"`{TANSU_BUILD_HINT}` (compiles tansu, many minutes the first time)")
-        self.image = tansu_tag()
+            raise ClusterError(f"the tansu images ({tags.tansu}, {tags.postgres}) are not "
+                               f"built: run `{TANSU_BUILD_HINT}` (compiles tansu, many "
+                               "minutes the first time)")
+        self.image = tags.tansu
         # Workload workers run in the broker image: it holds the Kafka clients.
         self.worker_image = ensure_images().broker
         try:
@@ -146,8 +151,7 @@ class TansuCluster(DockerCluster):
             net.name = self.network_name
             self.network = net.create()
             self.containers[POSTGRES] = self._container(
-                POSTGRES, self.image, [POSTGRES], entrypoint=["/opt/tansu/postgres-node"],
-                cap_add=["NET_ADMIN"], init=True)
+                POSTGRES, tags.postgres, [POSTGRES], cap_add=["NET_ADMIN"], init=True)
             self._wait_postgres()
             brokers = [n for n in self.spec.node_names() if n.startswith("broker-")]
             for name in brokers:
@@ -169,8 +173,7 @@ class TansuCluster(DockerCluster):
     def _wait_postgres(self, timeout: float = START_TIMEOUT) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            code, _ = self.exec(POSTGRES, ["/usr/lib/postgresql/15/bin/pg_isready", "-q",
-                                           "-h", "127.0.0.1", "-U", "postgres"])
+            code, _ = self.exec(POSTGRES, ["sh", "-c", PG_ISREADY])
             if code == 0:
                 return
             if self._status(POSTGRES) != "running":
@@ -218,6 +221,29 @@ class TansuCluster(DockerCluster):
             return kafka_wire.metadata(conn, topics)
         finally:
             conn.close()
+
+    def client_connections(self, name: str) -> int:
+        """How many Kafka connections broker `name` holds now from outside the
+        cluster (the workload's clients): on tansu, the broker a client uses
+        is the one its Metadata named, so this says whom a fault hits."""
+        if self.node(name).state != RUNNING:
+            return 0
+        code, out = self.exec(name, ["ss", "-Htn", "state", "established",
+                                     f"( sport = :{KAFKA_PORT} )"])
+        if code != 0:
+            return 0
+        nodes = {n.host for n in self.nodes() if n.host}
+        peers = [line.split()[-1].rsplit(":", 1)[0] for line in out.splitlines() if line.strip()]
+        return sum(1 for ip in peers if ip not in nodes)
+
+    def busiest_broker(self) -> str:
+        """The running broker holding the most client connections now (the
+        first by name on a tie): on tansu the nearest thing to "the leader",
+        the broker whose loss the clients feel."""
+        running = [n.name for n in self.brokers() if n.state == RUNNING]
+        if not running:
+            raise ClusterError("no tansu broker is running")
+        return max(running, key=lambda n: (self.client_connections(n), -broker_id_of(n)))
 
     # --- nodes ---------------------------------------------------------
     def nodes(self) -> list[NodeInfo]:
