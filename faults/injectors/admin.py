@@ -63,6 +63,14 @@ class _AdminOperation(Injector):
     def zk(self) -> Any:
         return self.ctx.resolver.zk
 
+    def start(self, admit=None) -> None:
+        """An operation that ZooKeeper's state refuses (a topic another
+        operation is deleting) is skipped like any refused fault."""
+        try:
+            super().start(admit)
+        except admin.AdminError as e:
+            raise FaultError(f"{self.fault}: {e}") from None
+
     def _start(self) -> None:
         self.before = _leaders(self.zk, self.ctx.resolver.topics)
         try:
@@ -263,11 +271,15 @@ class RecreateTopic(_AdminOperation):
     so the workload's topic never stays deleted. Not in a run with a
     consumer group: its committed offsets would outlive the topic."""
     fault = "recreate-topic"
+    # Topics being deleted and created again, by any lane: one at a time each.
+    _busy: set[str] = set()
+    _busy_lock = threading.Lock()
 
     def __init__(self, ctx: FaultContext, target: str | None = None, **params: Any):
         super().__init__(ctx, target, **params)
         self._created = self._observed = False
         self._create_lock = threading.Lock()
+        self.topic: str | None = None
 
     def _resolve(self) -> list[str]:
         if self.ctx.observe is None:
@@ -277,15 +289,37 @@ class RecreateTopic(_AdminOperation):
             raise FaultError(f"recreate-topic is not for a run with a consumer group "
                              f"({', '.join(sorted(self.ctx.resolver.groups))}): its committed "
                              f"offsets would outlive the deleted topic")
-        topics = sorted(t for t in (self.ctx.resolver.topics or admin.list_topics(self.zk))
-                        if not t.startswith("__"))
-        if not topics:
-            raise FaultError("no topic to delete and create again")
-        self.topic = self.ctx.rng.choice(topics)
-        self.assignment = {p["partition"]: list(p["replicas"])
-                           for p in admin.describe_topic(self.zk, self.topic)["partitions"]}
+        with self._busy_lock:
+            topics = sorted(t for t in (self.ctx.resolver.topics or admin.list_topics(self.zk))
+                            if not t.startswith("__") and t not in self._busy
+                            and not self.zk.exists(zkpaths.delete_topic_path(t)))
+            if not topics:
+                raise FaultError("no topic to delete and create again (none, or each being "
+                                 "deleted already)")
+            topic = self.ctx.rng.choice(topics)
+            self.assignment = {p["partition"]: list(p["replicas"])
+                               for p in admin.describe_topic(self.zk, topic)["partitions"]}
+            # A topic is created with one replication factor; after a
+            # reassignment grew or shrank some partition, each comes back
+            # on its first (preferred first) replicas, as many as the fewest.
+            rf = min(len(r) for r in self.assignment.values())
+            self.assignment = {p: r[:rf] for p, r in self.assignment.items()}
+            self.topic = topic
+            self._busy.add(topic)
         self.params = {**self.params, "topic": self.topic}
         return [_broker(self.ctx.resolver.controller())]
+
+    def start(self, admit=None) -> None:
+        try:
+            super().start(admit)
+        except BaseException:
+            if not self.active:  # (refused after its topic was chosen)
+                self._release()
+            raise
+
+    def _release(self) -> None:
+        with self._busy_lock:
+            self._busy.discard(self.topic)
 
     def request(self) -> None:
         # Observed first: an op answered after this may have met the deletion.
@@ -328,13 +362,16 @@ class RecreateTopic(_AdminOperation):
                           + ("" if done else ", not led when the step ended"))
 
     def _stop(self) -> None:
-        super()._stop()
-        if self._created:
-            return
-        if wait_until(self._deleted, OPERATION_TIMEOUT_S, 0.5, retry_on=(Exception,)):
-            time.sleep(RECREATE_PAUSE_S)
-            self._create()
-            self.notes.append(f"{self.topic} created again at the step's end")
-        else:
-            self.notes.append(f"{self.topic}: the deletion did not finish, the topic was not "
-                              f"created again")
+        try:
+            super()._stop()
+            if self._created:
+                return
+            if wait_until(self._deleted, OPERATION_TIMEOUT_S, 0.5, retry_on=(Exception,)):
+                time.sleep(RECREATE_PAUSE_S)
+                self._create()
+                self.notes.append(f"{self.topic} created again at the step's end")
+            else:
+                self.notes.append(f"{self.topic}: the deletion did not finish, the topic was not "
+                                  f"created again")
+        finally:
+            self._release()
