@@ -61,6 +61,8 @@ REFUSED_FAULTS = {
     "partition-zk": "tansu has no ZooKeeper",
     "add-partitions": ("the injector adds the partition in ZooKeeper and waits for its leader "
                        "there (faults/injectors/admin.py, cluster.admin)"),
+    "recreate-topic": ("the injector reads the topic's assignment and deletion in ZooKeeper "
+                       "(faults/injectors/admin.py, cluster.admin)"),
     "kill": ("its heal restarts the node and waits for its ZooKeeper registration "
              "(faults/injectors/process.py restart()); tansu registers nowhere"),
     "stop": ("its heal restarts the node and waits for its ZooKeeper registration "
