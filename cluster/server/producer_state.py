@@ -6,7 +6,10 @@ batches (a producer has at most 5 requests in flight). A batch whose sequence
 range matches one of those is a retry of an appended batch: it is answered
 with the original offset and not appended again. Any other batch must start at
 the sequence after the last one, else OUT_OF_ORDER_SEQUENCE_NUMBER. A new
-epoch must start at sequence 0; an older epoch is fenced.
+epoch must start at sequence 0; an older epoch is fenced. A producer this
+replica has no state for (its topic was deleted and created again, or its
+batches are gone) starting past 0 is UNKNOWN_PRODUCER_ID, as in Kafka: the
+client may start a new epoch, where OUT_OF_ORDER would be fatal to it.
 
 Leaders and followers both update the state for every batch they append, so
 a follower that becomes leader already has it. At load, and after a
@@ -48,7 +51,7 @@ class ProducerState:
         p = self.producers.get(h.producer_id)
         first_seq, last_seq = h.base_sequence, h.last_sequence
         if p is None:
-            return (E.NONE, None) if first_seq == 0 else (E.OUT_OF_ORDER_SEQUENCE_NUMBER, None)
+            return (E.NONE, None) if first_seq == 0 else (E.UNKNOWN_PRODUCER_ID, None)
         if h.producer_epoch < p.epoch:
             return E.INVALID_PRODUCER_EPOCH, None
         if h.producer_epoch > p.epoch:

@@ -187,8 +187,9 @@ def test_idempotent_duplicate_and_gap(cluster3):
     assert list_offset(w, "idem", 0) == (0, 5)
     # A gap in the sequence: OUT_OF_ORDER_SEQUENCE_NUMBER, nothing appended.
     assert produce(w, "idem", 0, v2_batch([b"x"], pid, 0, 9))[0] == 45
-    # Unknown producer starting above 0, and an older epoch after a newer one.
-    assert produce(w, "idem", 0, v2_batch([b"x"], pid + 100, 0, 4))[0] == 45
+    # Unknown producer starting above 0 (UNKNOWN_PRODUCER_ID, as Kafka: the
+    # client may start a new epoch), and an older epoch after a newer one.
+    assert produce(w, "idem", 0, v2_batch([b"x"], pid + 100, 0, 4))[0] == 59
     bf = v2_batch([b"f"], pid, 1, 0)
     assert produce(w, "idem", 0, bf) == (0, 5)
     assert produce(w, "idem", 0, v2_batch([b"g"], pid, 0, 5))[0] == 47
