@@ -8,6 +8,8 @@ tests, a nightly set) costs one set of Spark jobs instead of one per run.
 
 The plan, in the words of the definitions (all "per topic-partition"):
 
+  events of topics deleted and created again --(renamed by incarnation:
+                        reports/incarnations.py; other runs skip this)--> events
   events --(group by op; validation counted on the way; cached)--> ops:
                         invocation beside completion (outcome, latency,
                         acknowledged offset, position, final polls, error
@@ -24,6 +26,7 @@ The plan, in the words of the definitions (all "per topic-partition"):
   ops + fault windows --(group by error)--> errors, what failed in each window
   pairs --(group by partition, value: no shuffle; join the sends not ok)-->
                         lost, unseen, duplicate, aborted-read, phantom-read
+                        (resurrected: a value sent to another incarnation)
   pairs --(group by partition, offset)--> inconsistent-offset, and the offsets
                         known to hold a value
   poll ops --(window per partition and process, in index order)--> re-seeks,
@@ -965,7 +968,7 @@ class SparkChecker:
         )
 
     def _value_anomalies(self, findings, tp_rows):
-        """Per (partition, value): lost, unseen, duplicate, aborted-read, phantom-read.
+        """Per (partition, value): lost, unseen, duplicate, aborted-read, phantom-read, resurrected.
 
         Every anomaly here is of a value acknowledged or read, so of a value in
         the pairs: the pairs grouped by value (no shuffle: see `_pairs`) meet
