@@ -58,12 +58,13 @@ def create_topics(bootstrap: str, topics: Mapping[str, int], replication_factor:
             except KafkaException as e:
                 err = e.args[0]
                 name = err.name()
-                if not (name == "TOPIC_ALREADY_EXISTS" and attempts > 1):
-                    if not (name in RETRIABLE or err.retriable()):
+                # Existing after an earlier attempt: that attempt's answer was lost, not its write.
+                made_earlier = name == "TOPIC_ALREADY_EXISTS" and attempts > 1
+                if not made_earlier:
+                    if name not in RETRIABLE and not err.retriable():
                         raise TopicError(f"topic {topic!r} refused: {name}: {err.str()}") from None
                     last[topic] = f"{name}: {err.str()}"
                     continue
-                # (exists after an earlier attempt: that attempt's answer was lost, not its write)
             wanted.pop(topic)
         return not wanted
 

@@ -7,7 +7,8 @@ its own: the ops of incarnation k >= 1 of topic T are renamed `T#k` (`#`
 cannot be part of a topic name), incarnation 0 keeps the name T. The harness
 writes when, in observations.jsonl (docs/history-format.md): `topic-delete`
 (the deletion was asked) and `topic-create` (the new incarnation was asked,
-after the old one's replicas were gone).
+after the old one's replicas were gone); the attribution below needs only
+the latter.
 
 A send belongs to the incarnation that existed when it completed: one
 invoked before a re-creation and answered after it went to the new
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator
 
 SEPARATOR = "#"
-DELETE, CREATE = "topic-delete", "topic-create"
+CREATE = "topic-create"
 
 
 def split(name: str) -> tuple[str, int]:
@@ -46,10 +47,9 @@ def split(name: str) -> tuple[str, int]:
 
 @dataclass
 class Incarnations:
-    """When each re-created topic was deleted and created again (ns on the history's clock)."""
+    """When each re-created topic's new incarnations were asked (ns on the history's clock)."""
 
     created: dict[str, list[int]] = field(default_factory=dict)   # topic -> ascending
-    deleted: dict[str, list[int]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.created)
@@ -93,12 +93,12 @@ class Incarnations:
 
 
 def from_lines(lines: Iterable[dict]) -> Incarnations:
+    """The `topic-create` lines among observations."""
     inc = Incarnations()
     for obs in lines:
-        if obs.get("kind") in (DELETE, CREATE) and isinstance(obs.get("topic"), str):
-            into = inc.created if obs["kind"] == CREATE else inc.deleted
-            into.setdefault(obs["topic"], []).append(int(obs.get("time") or 0))
-    for times in (*inc.created.values(), *inc.deleted.values()):
+        if obs.get("kind") == CREATE and isinstance(obs.get("topic"), str):
+            inc.created.setdefault(obs["topic"], []).append(int(obs.get("time") or 0))
+    for times in inc.created.values():
         times.sort()
     return inc
 

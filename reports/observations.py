@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reports.errors import HistoryError
-from reports.incarnations import CREATE, DELETE, Incarnations, from_lines
+from reports.incarnations import Incarnations, from_lines
 
 OBSERVATIONS_FILE = "observations.jsonl"
 NS = 1_000_000_000
@@ -52,7 +52,7 @@ def read_observations(run_dir: Path, bounds: dict | None = None) -> Observed:
     out.present = True
     parsed = list(_lines(path))
     # Topics deleted and created again are judged per incarnation (reports/incarnations.py).
-    out.incarnations = from_lines(o for o in parsed if o.get("kind") in (DELETE, CREATE))
+    out.incarnations = from_lines(parsed)
     for obs in parsed:
         obs = out.incarnations.rename_observation(obs)
         kind = obs.get("kind")
@@ -95,7 +95,7 @@ def read_incarnations(run_dir: Path) -> Incarnations:
     found = []
     with open(path, "rb") as fh:
         for raw in fh:
-            if b'"topic-delete"' in raw or b'"topic-create"' in raw:
+            if b'"topic-create"' in raw:
                 try:
                     found.append(json.loads(raw))
                 except ValueError:

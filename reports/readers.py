@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Iterator
 
 from reports.errors import HistoryError, HistoryWarning
-from reports.incarnations import attribution, renamed
+from reports.incarnations import Incarnations, attribution, renamed
 from reports.observations import read_incarnations
 from reports.schema import FIELDS, FORMAT_VERSION, MSG_NOT_JSON, event_problem, normalize_event
 
@@ -334,11 +334,12 @@ def iter_events(run: RunInput) -> Iterator[dict]:
         yield from heapq.merge(*streams, key=lambda ev: ev["index"])
 
 
-def iter_judged_events(run: RunInput) -> Iterator[dict]:
+def iter_judged_events(run: RunInput, inc: Incarnations | None = None) -> Iterator[dict]:
     """iter_events as the checkers judge them: the sends and polls of a topic
     deleted and created again renamed by incarnation (reports/incarnations.py),
-    which takes one more pass to attribute their ops."""
-    inc = read_incarnations(run.run_dir)
+    which takes one more pass to attribute their ops. `inc`: the run's
+    re-creations, when the caller has read them already."""
+    inc = read_incarnations(run.run_dir) if inc is None else inc
     if not inc:
         yield from iter_events(run)
         return

@@ -563,6 +563,6 @@ def check(run, max_instances: int | None = DEFAULT_MAX_INSTANCES) -> Findings:
     if not isinstance(run, RunInput):
         run = open_run(run)
     checker = ReferenceChecker(run, max_instances)
-    for ev in iter_judged_events(run):
+    for ev in iter_judged_events(run, checker.incarnations):
         checker.feed(ev)
     return checker.finish()
