@@ -1,11 +1,13 @@
-"""Who a fault hits, by role, resolved from ZooKeeper at the moment of the fault.
+"""Who a fault hits, by role, resolved at the moment of the fault.
 
 A schedule names roles ("the leader of t/0", "the controller"), not nodes:
 which broker leads changes during a run, and a fault aimed at "the leader" must
 hit whoever leads when the fault starts. Resolution reads the ZooKeeper
 layout (docs/design.md#zk-layout, cluster.zkpaths): /controller, /brokers/ids,
-/brokers/topics/T (assigned replicas) and /brokers/topics/T/P/leaderAndISR.
-ZooKeeper's own leader comes from the cluster (Cluster.zookeeper_mode).
+/brokers/topics/T (assigned replicas) and /brokers/topics/T/P/leaderAndISR;
+on a target without ZooKeeper, the brokers' Metadata answers instead
+(`MetadataRoles`). ZooKeeper's own leader comes from the cluster
+(Cluster.zookeeper_mode).
 
 Target syntax (one string):
   controller                    the broker in /controller
@@ -118,6 +120,7 @@ class Resolver:
         self.topics: set[str] | None = None
         # The run's consumer groups (recreate-topic leaves the topics they read alone).
         self.groups: set[str] = set()
+        self._roles: ZooKeeperRoles | MetadataRoles | None = None
 
     @property
     def zk(self) -> Any:
@@ -134,58 +137,32 @@ class Resolver:
         return sorted((n for n in self.cluster.spec.node_names() if n.startswith("zk-")),
                       key=_node_key)
 
-    # -- ZooKeeper reads -----------------------------------------------------
+    # -- role reads ------------------------------------------------------------
+    @property
+    def roles(self) -> "ZooKeeperRoles | MetadataRoles":
+        """Where roles are read: ZooKeeper when the cluster keeps its metadata
+        there (the built-in clusters), else the brokers' Metadata answers."""
+        if self._roles is None:
+            if getattr(self.cluster, "has_zookeeper", True):
+                self._roles = ZooKeeperRoles(lambda: self.zk)
+            else:
+                self._roles = MetadataRoles(self.cluster)
+        return self._roles
+
     def controller(self) -> int:
-        try:
-            data, _ = self.zk.get(zkpaths.CONTROLLER)
-        except Exception as e:  # NoNodeError and connection trouble alike
-            raise TargetError(f"no controller right now ({type(e).__name__})") from None
-        d = zkpaths.loads(data) or {}
-        if "brokerid" not in d:
-            raise TargetError("no controller right now")
-        return int(d["brokerid"])
+        return self.roles.controller()
 
     def live_brokers(self) -> list[int]:
-        try:
-            return sorted(int(c) for c in self.zk.get_children(zkpaths.BROKER_IDS))
-        except Exception as e:
-            raise TargetError(f"cannot list live brokers ({type(e).__name__})") from None
+        return self.roles.live_brokers()
 
-    def leader_and_isr(self, topic: str, partition: int) -> zkpaths.LeaderAndIsr:
-        try:
-            data, stat = self.zk.get(zkpaths.leader_and_isr_path(topic, partition))
-        except Exception as e:
-            raise TargetError(f"no leaderAndISR for {topic}/{partition} ({type(e).__name__})") from None
-        return zkpaths.LeaderAndIsr.decode(data, stat.version)
+    def partition_roles(self, topic: str, partition: int) -> "PartitionRoles":
+        return self.roles.partition(topic, partition)
 
     def assigned_replicas(self, topic: str, partition: int) -> tuple[int, ...]:
-        try:
-            data, _ = self.zk.get(zkpaths.topic_path(topic))
-        except Exception as e:
-            raise TargetError(f"no topic {topic!r} ({type(e).__name__})") from None
-        replicas = zkpaths.TopicAssignment.decode(data).partitions.get(partition)
-        if not replicas:
-            raise TargetError(f"topic {topic!r} has no partition {partition}")
-        return replicas
+        return self.roles.assigned(topic, partition)
 
     def coordinator(self, group: str) -> int:
-        """The broker coordinating consumer group `group`: the leader of the
-        offsets partition the group maps to, as the brokers map it (over the
-        partition count the topic has in ZooKeeper)."""
-        try:
-            data, _ = self.zk.get(zkpaths.topic_path(GROUP_METADATA_TOPIC))
-        except Exception as e:
-            raise TargetError(f"no {GROUP_METADATA_TOPIC} topic yet, so no coordinator of group "
-                              f"{group!r} ({type(e).__name__})") from None
-        count = len(zkpaths.TopicAssignment.decode(data).partitions)
-        if not count:
-            raise TargetError(f"{GROUP_METADATA_TOPIC} has no partitions")
-        partition = partition_for(group, count)
-        lai = self.leader_and_isr(GROUP_METADATA_TOPIC, partition)
-        if lai.leader == zkpaths.NO_LEADER:
-            raise TargetError(f"group {group!r}: {GROUP_METADATA_TOPIC}/{partition} has no "
-                              f"leader right now")
-        return lai.leader
+        return self.roles.coordinator(group)
 
     def zk_modes(self) -> dict[str, str | None]:
         return {name: self.cluster.zookeeper_mode(name) for name in self.zk_names()}
@@ -204,26 +181,27 @@ class Resolver:
             return [_broker(self.coordinator(str(t.group)))]
         if t.role in PARTITION_ROLES:
             topic, partition = self._partition(t)
-            lai = self.leader_and_isr(topic, partition)
+            roles = self.partition_roles(topic, partition)
             if t.role == "leader":
-                if lai.leader == zkpaths.NO_LEADER:
+                if roles.leader == NO_LEADER:
                     raise TargetError(f"{topic}/{partition} has no leader right now")
-                return [_broker(lai.leader)]
+                return [_broker(roles.leader)]
             if t.role == "follower":
-                pool = [b for b in lai.isr if b != lai.leader]
+                pool = [b for b in roles.isr if b != roles.leader]
                 if not pool:
-                    raise TargetError(f"{topic}/{partition}: the ISR {list(lai.isr)} has no follower")
+                    raise TargetError(f"{topic}/{partition}: the ISR {list(roles.isr)} has no follower")
             else:
-                pool = [b for b in self.assigned_replicas(topic, partition) if b not in lai.isr]
+                assigned = self.assigned_replicas(topic, partition)
+                pool = [b for b in assigned if b not in roles.isr]
                 if not pool:
-                    raise TargetError(f"{topic}/{partition}: every replica is in the ISR {list(lai.isr)}")
+                    raise TargetError(f"{topic}/{partition}: every replica is in the ISR {list(roles.isr)}")
             return [_broker(self.rng.choice(sorted(pool)))]
         if t.role == "random":
             return [self.rng.choice(brokers)]
         if t.role == "live":
             live = self.live_brokers()
             if not live:
-                raise TargetError("no broker is registered in ZooKeeper")
+                raise TargetError("no broker is live")
             return [_broker(self.rng.choice(live))]
         if t.role in ("minority", "majority"):
             n = len(brokers)
@@ -257,6 +235,118 @@ class Resolver:
         if self.default_partition is None:
             raise TargetError(f"target {t} needs a partition: {t.role}:TOPIC/PARTITION")
         return self.default_partition
+
+
+NO_LEADER = zkpaths.NO_LEADER
+
+
+@dataclass(frozen=True)
+class PartitionRoles:
+    """Who leads one partition right now, and who is in its ISR."""
+    leader: int                     # NO_LEADER when none
+    isr: tuple[int, ...]
+
+
+class ZooKeeperRoles:
+    """Roles as the controller writes them (docs/design.md#zk-layout):
+    /controller, /brokers/ids, /brokers/topics/T and its leaderAndISR nodes.
+    `zk` returns a started kazoo client."""
+
+    def __init__(self, zk: Callable[[], Any]):
+        self._zk = zk
+
+    def _get(self, path: str, what: str) -> tuple[bytes, Any]:
+        try:
+            return self._zk().get(path)
+        except Exception as e:  # NoNodeError and connection trouble alike
+            raise TargetError(f"{what} ({type(e).__name__})") from None
+
+    def controller(self) -> int:
+        data, _ = self._get(zkpaths.CONTROLLER, "no controller right now")
+        d = zkpaths.loads(data) or {}
+        if "brokerid" not in d:
+            raise TargetError("no controller right now")
+        return int(d["brokerid"])
+
+    def live_brokers(self) -> list[int]:
+        try:
+            return sorted(int(c) for c in self._zk().get_children(zkpaths.BROKER_IDS))
+        except Exception as e:
+            raise TargetError(f"cannot list live brokers ({type(e).__name__})") from None
+
+    def partition(self, topic: str, partition: int) -> PartitionRoles:
+        data, stat = self._get(zkpaths.leader_and_isr_path(topic, partition),
+                               f"no leaderAndISR for {topic}/{partition}")
+        lai = zkpaths.LeaderAndIsr.decode(data, stat.version)
+        return PartitionRoles(lai.leader, tuple(lai.isr))
+
+    def assigned(self, topic: str, partition: int) -> tuple[int, ...]:
+        """The assigned replicas, the preferred leader first."""
+        data, _ = self._get(zkpaths.topic_path(topic), f"no topic {topic!r}")
+        replicas = zkpaths.TopicAssignment.decode(data).partitions.get(partition)
+        if not replicas:
+            raise TargetError(f"topic {topic!r} has no partition {partition}")
+        return tuple(replicas)
+
+    def coordinator(self, group: str) -> int:
+        """The leader of the offsets partition the group maps to, as the
+        brokers map it (over the partition count the topic has in ZooKeeper)."""
+        data, _ = self._get(zkpaths.topic_path(GROUP_METADATA_TOPIC),
+                            f"no {GROUP_METADATA_TOPIC} topic yet, so no coordinator of "
+                            f"group {group!r}")
+        count = len(zkpaths.TopicAssignment.decode(data).partitions)
+        if not count:
+            raise TargetError(f"{GROUP_METADATA_TOPIC} has no partitions")
+        partition = partition_for(group, count)
+        leader = self.partition(GROUP_METADATA_TOPIC, partition).leader
+        if leader == NO_LEADER:
+            raise TargetError(f"group {group!r}: {GROUP_METADATA_TOPIC}/{partition} has no "
+                              f"leader right now")
+        return leader
+
+
+class MetadataRoles:
+    """Roles as a Kafka client sees them, for a target without ZooKeeper:
+    the brokers' Metadata answer (live brokers, controller, leader, ISR,
+    replicas) and FindCoordinator, asked through the cluster
+    (`kafka_metadata`, `group_coordinator` of harness.backends.base.Cluster)."""
+
+    def __init__(self, cluster: Any):
+        self.cluster = cluster
+
+    def _metadata(self, topics: list[str] | None = None) -> Any:
+        try:
+            return self.cluster.kafka_metadata(topics)
+        except Exception as e:  # noqa: BLE001 - no broker answers: nobody holds the role
+            raise TargetError(f"cannot read the cluster's Metadata: {e}") from None
+
+    def controller(self) -> int:
+        md = self._metadata([])
+        if md.controller is None or md.controller < 0:
+            raise TargetError("the brokers' Metadata names no controller")
+        return int(md.controller)
+
+    def live_brokers(self) -> list[int]:
+        return sorted(self._metadata([]).brokers)
+
+    def _partition(self, topic: str, partition: int) -> Any:
+        p = self._metadata([topic]).partitions.get((topic, partition))
+        if p is None:
+            raise TargetError(f"the brokers' Metadata has no partition {topic}/{partition}")
+        return p
+
+    def partition(self, topic: str, partition: int) -> PartitionRoles:
+        p = self._partition(topic, partition)
+        return PartitionRoles(p.leader if p.leader >= 0 else NO_LEADER, tuple(p.isr))
+
+    def assigned(self, topic: str, partition: int) -> tuple[int, ...]:
+        return tuple(self._partition(topic, partition).replicas)
+
+    def coordinator(self, group: str) -> int:
+        try:
+            return int(self.cluster.group_coordinator(group))
+        except Exception as e:  # noqa: BLE001
+            raise TargetError(f"no coordinator of group {group!r} right now: {e}") from None
 
 
 def _broker(broker_id: int) -> str:

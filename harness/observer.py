@@ -11,7 +11,9 @@ checker (docs/history-format.md, "observations.jsonl"):
   MetadataSampler     a `metadata` sample of ZooKeeper about every second
   await_recovery      after the final heal: until every broker is registered
                       and every partition has a live leader and its full ISR
-                      (or the bound passes): one `recovery` observation
+                      (or the bound passes): one `recovery` observation; read
+                      from ZooKeeper, or from the brokers' Metadata on a
+                      target without it (`metadata_state`)
   observe_brokers     at the end: each broker's own Metadata answer
   observe_replicas    at the end: every replica's files (harness/replicas.py)
 
@@ -173,17 +175,34 @@ def _not_recovered(state: dict[str, Any], brokers: list[int]) -> list[str]:
     return wrong
 
 
-def await_recovery(zk: Any, observations: Observations, brokers: list[int], *,
-                   healed_at: int, bound_s: float) -> dict[str, Any]:
+def metadata_state(cluster: Any, topics: set[str]) -> dict[str, Any]:
+    """The same reading as `zookeeper_state`, for the run's `topics`, from
+    the brokers' Metadata answer (a target without ZooKeeper): live are the
+    brokers Metadata lists and those the cluster counts as live
+    (Cluster.broker_live); no reassignment is visible to a client."""
+    md = cluster.kafka_metadata(sorted(topics))
+    live = set(md.brokers) | {n.broker_id for n in cluster.brokers()
+                              if n.broker_id is not None and cluster.broker_live(n.name)}
+    controller = md.controller if md.controller is not None and md.controller >= 0 else None
+    partitions = [{"topic": p.topic, "partition": p.partition, "replicas": list(p.replicas),
+                   "leader": p.leader, "isr": sorted(p.isr)}
+                  for p in sorted(md.partitions.values(), key=lambda p: (p.topic, p.partition))]
+    return {"controller": controller, "live_brokers": sorted(live), "reassigning": {},
+            "partitions": partitions}
+
+
+def await_recovery(state: Callable[[], dict[str, Any]], observations: Observations,
+                   brokers: list[int], *, healed_at: int, bound_s: float) -> dict[str, Any]:
     """After the final heal: wait until every broker is registered, there is
     a controller, no reassignment is pending and every partition has a live
-    leader and its full ISR; at most `bound_s`. Writes and returns the
-    `recovery` observation."""
-    last: list[str] = ["no ZooKeeper state could be read"]
+    leader and its full ISR, in the readings `state()` returns
+    (`zookeeper_state` or `metadata_state`); at most `bound_s`. Writes and
+    returns the `recovery` observation."""
+    last: list[str] = ["the cluster's state could not be read"]
 
     def healthy() -> bool:
         nonlocal last
-        last = _not_recovered(zookeeper_state(zk), brokers)
+        last = _not_recovered(state(), brokers)
         return not last
 
     ok = wait_until(healthy, bound_s, 0.5, retry_on=(Exception,))

@@ -12,7 +12,9 @@ Fixtures:
   spark              one SparkSession for the whole pytest session
 
 Options: --chaoslog-backend docker|local, --chaoslog-keep (leave the clusters of
-a failed test up for inspection). When a test fails, every node's log is
+a failed test up for inspection), --chaoslog-target chaoslog|tansu (the
+clusters run tansu instead of the built-in broker; only the tests marked
+`any_target` run). When a test fails, every node's log is
 attached to its report. Teardown removes every container, network, process
 and file a test made, also on failure or Ctrl-C; what a killed earlier
 session left behind is reaped by label when the next session starts.
@@ -28,6 +30,8 @@ from typing import Callable
 import pytest
 
 from harness.backends import BACKENDS, default_backend, make_cluster
+
+TARGETS = ("chaoslog", "tansu")
 from harness.backends.base import Cluster, ClusterError, ClusterSpec
 # The chaos-suite fixtures, registered with the plugin.
 from harness.fixtures import chaos_run, history, nemesis, workload  # noqa: F401
@@ -42,6 +46,9 @@ def pytest_addoption(parser):
                     help="where clusters run (default: docker when an engine answers, else local)")
     group.addoption("--chaoslog-keep", action="store_true", default=False,
                     help="leave the clusters of a failed test up for inspection")
+    group.addoption("--chaoslog-target", choices=TARGETS, default="chaoslog",
+                    help="the system the clusters run: chaoslog (the built-in broker) or tansu "
+                         "(its opt-in image; only tests marked any_target run)")
 
 
 def pytest_configure(config):
@@ -51,6 +58,7 @@ def pytest_configure(config):
         "broker_config(**cfg): broker config of the `cluster` fixture",
         "proxied: route the `cluster` fixture's links through the proxy",
         "docker: needs a Docker engine (skipped with the local backend)",
+        "any_target: runs against any --chaoslog-target (the others: the built-in broker only)",
     ):
         config.addinivalue_line("markers", line)
 
@@ -91,6 +99,13 @@ def chaoslog_backend(pytestconfig) -> str:
 
 
 def pytest_collection_modifyitems(config, items):
+    target = config.getoption("--chaoslog-target")
+    if target != "chaoslog":
+        skip = pytest.mark.skip(reason=f"tests the built-in broker; --chaoslog-target {target} "
+                                       "runs only the tests marked any_target")
+        for item in items:
+            if "any_target" not in item.keywords:
+                item.add_marker(skip)
     backend = config.getoption("--chaoslog-backend")
     if backend == "local":
         skip = pytest.mark.skip(reason="needs the docker backend (run with --chaoslog-backend docker)")
@@ -102,8 +117,9 @@ def pytest_collection_modifyitems(config, items):
 class ClusterFactory:
     """Makes clusters and removes them when its scope ends."""
 
-    def __init__(self, backend: str, keep_on_failure: bool):
+    def __init__(self, backend: str, keep_on_failure: bool, target: str = "chaoslog"):
         self.backend = backend
+        self.target = target
         self.keep_on_failure = keep_on_failure
         self.clusters: list[Cluster] = []
         self.on_create: Callable[[Cluster], None] | None = None
@@ -112,9 +128,15 @@ class ClusterFactory:
                  proxied: bool = False, backend: str | None = None, start: bool = True,
                  **spec_kw) -> Cluster:
         name = f"pytest-{uuid.uuid4().hex[:8]}"
-        spec = ClusterSpec(name=name, brokers=brokers, zookeepers=zookeepers,
-                           broker_config=dict(broker_config or {}), proxied=proxied, **spec_kw)
-        cluster = make_cluster(spec, backend or self.backend)
+        if self.target == "tansu":
+            # tansu takes none of the built-in broker's settings: only the size applies.
+            from harness.backends.tansu import TansuCluster, TansuSpec
+            cluster: Cluster = TansuCluster(TansuSpec(name=name, brokers=brokers, proxied=proxied))
+        else:
+            spec = ClusterSpec(name=name, brokers=brokers, zookeepers=zookeepers,
+                               broker_config=dict(broker_config or {}), proxied=proxied,
+                               **spec_kw)
+            cluster = make_cluster(spec, backend or self.backend)
         _LIVE[name] = cluster
         self.clusters.append(cluster)
         if self.on_create:
@@ -141,7 +163,8 @@ class ClusterFactory:
 
 
 def _factory(request, backend: str) -> ClusterFactory:
-    f = ClusterFactory(backend, request.config.getoption("--chaoslog-keep"))
+    f = ClusterFactory(backend, request.config.getoption("--chaoslog-keep"),
+                       request.config.getoption("--chaoslog-target"))
     node = request.node
     if isinstance(node, pytest.Item):
         f.on_create = lambda c: node.stash.setdefault(_CLUSTERS_OF_ITEM, []).append(c)

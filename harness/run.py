@@ -29,16 +29,17 @@ from typing import Any, Callable, Mapping
 from cluster import admin
 from faults import injectors
 from faults.heal import final_heal
-from faults.injectors.base import FaultContext, Injector
+from faults.injectors.base import FaultContext, FaultError, Injector
 from faults.nemesis import Nemesis, Schedule
 from faults.targets import Resolver, qualify
-from harness.backends.base import ClusterSpec
+from harness.backends.base import ClusterError, ClusterSpec
 from harness.history import (HistoryRecorder, HistoryStats, collect_logs, dump_zookeeper,
                              new_run_id, utc_now_iso, write_run_json)
 from harness.observer import (OBSERVATIONS, MetadataSampler, Observations, await_recovery,
-                              observe_brokers, observe_replicas)
+                              metadata_state, observe_brokers, observe_replicas,
+                              zookeeper_state)
 from harness.resources import ResourceSampler
-from harness.topics import create_topics
+from harness.topics import create_topics, wait_for_leaders
 from harness.workload import FinalReads, Workload, WorkloadSpec
 from harness.workload.runner import launcher_for
 
@@ -92,7 +93,13 @@ class RunSpec:
         """The spec `to_json` wrote (a run's run.json keeps it as `spec`):
         a replay of the whole run, settings and schedule. KeyError or
         ValueError when something is missing or wrong."""
-        return cls(cluster=ClusterSpec(**d["cluster"]), backend=str(d["backend"]),
+        backend = str(d["backend"])
+        if backend == "external":
+            from harness.backends.external import ExternalSpec
+            cluster: ClusterSpec = ExternalSpec(**d["cluster"])
+        else:
+            cluster = ClusterSpec(**d["cluster"])
+        return cls(cluster=cluster, backend=backend,
                    replication_factor=int(d["replication_factor"]),
                    workload=WorkloadSpec.from_json(d["workload"]),
                    schedule=Schedule.from_json(d["schedule"]), quiet_s=float(d["quiet_s"]),
@@ -136,7 +143,8 @@ class Run:
         self.started_at = utc_now_iso()
         self._lock = threading.Lock()
         self.meta: dict[str, Any] = {
-            "cluster": {"backend": cluster.backend, "brokers": cluster.spec.brokers,
+            "cluster": {"backend": cluster.backend, "system": cluster.system,
+                        "brokers": cluster.spec.brokers,
                         "zookeepers": cluster.spec.zookeepers,
                         "broker_config": dict(cluster.spec.broker_config),
                         "proxied": bool(cluster.spec.proxied)},
@@ -190,16 +198,22 @@ class Run:
                                  f"topics says {n}")
         create_topics(self.cluster.bootstrap_servers, topics, replication_factor, placed,
                       timeout_s=TOPIC_LEADERS_TIMEOUT_S)
-        for topic in topics:
-            admin.wait_for_leaders(self.zk, topic, timeout=TOPIC_LEADERS_TIMEOUT_S)
+        if self.cluster.has_zookeeper:
+            for topic in topics:
+                admin.wait_for_leaders(self.zk, topic, timeout=TOPIC_LEADERS_TIMEOUT_S)
+        else:
+            wait_for_leaders(self.cluster, topics, timeout_s=TOPIC_LEADERS_TIMEOUT_S)
         self._topics = (self._topics or set()) | set(topics)
         if self._default_partition is None:
             self._default_partition = (sorted(topics)[0], 0)
         if self._faults is not None:
             self._faults.resolver.default_partition = self._default_partition
             self._faults.resolver.topics = set(self._topics)
-        if self.sampler is None:
-            self.sampler = MetadataSampler(self.zk, self.observations).start()
+        if self.resources is None:
+            # ZooKeeper samples only where there is one: without, the oracles
+            # fed by them say "no input" (docs/targets.md).
+            if self.cluster.has_zookeeper:
+                self.sampler = MetadataSampler(self.zk, self.observations).start()
             self.resources = ResourceSampler(self.cluster, self.observations).start()
         rf = len(next(iter(next(iter(placed.values())).values()))) if placed else replication_factor
         self.meta["cluster"]["replication_factor"] = rf
@@ -229,6 +243,10 @@ class Run:
                       partition: tuple[str, int] | None = None) -> Nemesis:
         """Play a schedule in the background; `partition` is the default
         partition of its partition roles (leader, follower ...)."""
+        for step in schedule.steps:
+            self._refuse_unless_supported(step.fault, step.target)
+        for fault in schedule.settings.get("faults", {}):
+            self._refuse_unless_supported(fault, None)
         if self._faults is None:
             self.seed = schedule.seed  # role choices follow the first schedule's seed
         n = Nemesis(self.faults, schedule, partition=partition).start()
@@ -243,18 +261,26 @@ class Run:
         a node name); returns the started injector (its stop() heals it
         early). Raises what the injector raises: a scripted scenario wants
         to know."""
+        self._refuse_unless_supported(fault, target)
         inj = injectors.make(fault, self.faults, qualify(target, partition), **params)
         inj.start()
         self.injected.append(inj)
         self._note_faults({fault})
         return inj
 
+    def _refuse_unless_supported(self, fault: str, target: str | None) -> None:
+        """A fault the cluster cannot run is refused before anything starts
+        (FaultError naming the target system), never skipped."""
+        why = self.cluster.refuses(fault, target)
+        if why:
+            raise FaultError(why)
+
     def resolve(self, target: str, partition: tuple[str, int] | None = None) -> list[str]:
         """The node names `target` denotes now (without drawing from the
         run's stream of role choices)."""
         import random
         default = partition or self._default_partition
-        return Resolver(self.cluster, self.zk, random.Random(0), default).resolve(target)
+        return Resolver(self.cluster, lambda: self.zk, random.Random(0), default).resolve(target)
 
     def heal(self, final: bool = True) -> list[str]:
         """Stop the schedules and heal the injected faults (latest first);
@@ -289,7 +315,9 @@ class Run:
         healed_at = self.recorder.now()
         self.outcome["final_heal"] = self.heal(final=True)
         self.phase = "recovery"
-        recovery = await_recovery(self.zk, self.observations,
+        state = ((lambda: zookeeper_state(self.zk)) if self.cluster.has_zookeeper else
+                 (lambda: metadata_state(self.cluster, self._topics or set())))
+        recovery = await_recovery(state, self.observations,
                                   [n.broker_id for n in self.cluster.brokers()],
                                   healed_at=healed_at, bound_s=RECOVERY_BOUND_S)
         self.outcome["recovery"] = {k: recovery[k] for k in ("recovered", "detail")}
@@ -306,11 +334,15 @@ class Run:
                                            "missing": self.final.missing}
             self.phase = "observing"
             topics = set(self.workload.spec.topics)
-            self.outcome["brokers_agree"] = observe_brokers(self.cluster, self.zk,
-                                                            self.observations, topics)
+            if self.cluster.has_zookeeper:
+                self.outcome["brokers_agree"] = observe_brokers(self.cluster, self.zk,
+                                                                self.observations, topics)
             self._stop_sampler()
-            self.outcome["replicas_read"] = observe_replicas(self.cluster, self.observations,
-                                                             topics)
+            try:
+                self.outcome["replicas_read"] = observe_replicas(self.cluster, self.observations,
+                                                                 topics)
+            except ClusterError as e:   # a target whose replica files the harness cannot read
+                self.outcome["replicas_read"] = f"not read: {e}"
         self.recorder.close(reason="run ended with the op outstanding")
         self.finished = True
         self._conclude("complete" if self.final and self.final.complete else "incomplete")
@@ -402,7 +434,8 @@ class Run:
         except Exception as e:  # noqa: BLE001 - evidence, not a verdict
             self.outcome["log_problems"] = [str(e)]
         try:
-            dump_zookeeper(self.cluster.zookeeper_connect, self.run_dir)
+            if self.cluster.has_zookeeper:
+                dump_zookeeper(self.cluster.zookeeper_connect, self.run_dir)
         except Exception as e:  # noqa: BLE001
             self.outcome["zookeeper_dump"] = f"failed: {e}"
         self.outcome["status"] = status
@@ -445,7 +478,9 @@ def execute(spec: RunSpec, *, log: Callable[[str], None] = log_line,
     code = EXIT_HARNESS
     run: Run | None = None
     try:
-        log(f"starting {spec.cluster.brokers} broker(s) on the {spec.backend} backend")
+        log(f"reaching the external cluster at {getattr(spec.cluster, 'bootstrap', '')}"
+            if spec.backend == "external" else
+            f"starting {spec.cluster.brokers} broker(s) on the {spec.backend} backend")
         cluster.start()
         with Run(run_dir, cluster, seed=spec.seed, mechanism=spec.mechanism, log=log,
                  run_id=run_id) as run:

@@ -113,6 +113,66 @@ def default_backend() -> str:
         return "local"
 
 
+# -- the system under test ---------------------------------------------------------------
+
+SYSTEMS = ("chaoslog", "external")
+
+
+def target_system(items: list[str]) -> tuple[str, list[str]]:
+    """--target: a bare word names the system under test, FAULT=ROLE items
+    pin roles. Returns (system, the FAULT=ROLE items)."""
+    systems = [i for i in items if "=" not in i]
+    for word in systems:
+        if word not in SYSTEMS:
+            raise Refused(f"--target {word}: a system is one of {', '.join(SYSTEMS)}; a pinned "
+                          f"role is FAULT=ROLE")
+    if len(set(systems)) > 1:
+        raise Refused(f"--target names two systems ({', '.join(systems)})")
+    return (systems[0] if systems else "chaoslog"), [i for i in items if "=" in i]
+
+
+def external_spec(a: argparse.Namespace) -> Any:
+    """The external cluster of --bootstrap and --commands, its brokers listed
+    by its own Metadata (so that targets can be checked now)."""
+    from harness.backends.base import ClusterError
+    from harness.backends.external import ExternalSpec, discover, load_commands
+    if not a.bootstrap:
+        raise Refused("--target external needs --bootstrap HOST:PORT[,HOST:PORT...]")
+    if a.backend:
+        raise Refused(f"--backend {a.backend}: an external cluster runs where it runs; drop "
+                      "--backend")
+    if a.broker_config:
+        raise Refused("--broker-config: the harness does not configure an external cluster's "
+                      "brokers")
+    try:
+        commands, per_node = load_commands(a.commands) if a.commands else ({}, {})
+        ids = sorted(discover(a.bootstrap))
+        spec = ExternalSpec(bootstrap=a.bootstrap, commands=commands, node_commands=per_node,
+                            broker_ids=ids, brokers=len(ids))
+        spec.validate()
+    except ClusterError as e:
+        raise Refused(str(e)) from None
+    unknown = sorted(set(per_node) - set(spec.node_names()))
+    if unknown:
+        raise Refused(f"--commands {a.commands}: [nodes.{unknown[0]}] is not a broker of the "
+                      f"cluster ({', '.join(spec.node_names())})")
+    return spec
+
+
+def refuse_on_external(spec: Any, faults: list[str], replay: Schedule | None,
+                       pins: dict[str, str]) -> None:
+    """Every fault of the run (aimed at its pinned or replayed roles) the
+    external cluster can do, or Refused with the first reason."""
+    from harness.backends.external import ExternalCluster
+    cluster = ExternalCluster(spec)
+    aimed = [(s.fault, s.target) for s in replay.steps] if replay is not None else []
+    aimed += [(f, pins.get(f)) for f in faults]
+    for fault, target in aimed:
+        why = cluster.refuses(fault, target)
+        if why:
+            raise Refused(why)
+
+
 # -- the parser --------------------------------------------------------------------------
 
 def add_parser(sub: Any) -> None:
@@ -126,6 +186,12 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--partitions", type=int, default=3)
     g.add_argument("--replication-factor", type=int, default=3)
     g.add_argument("--broker-config", nargs="*", metavar="KEY=VALUE", default=[])
+    g.add_argument("--bootstrap", metavar="HOST:PORT,...",
+                   help="with --target external: the client addresses of a cluster the "
+                        "harness did not start (docs/targets.md)")
+    g.add_argument("--commands", metavar="FILE",
+                   help="with --target external: the command file (TOML) that kills, stops, "
+                        "starts, pauses and resumes its brokers")
     g = p.add_argument_group("workload")
     g.add_argument("--duration", type=float, default=60.0, help="seconds of workload and faults")
     g.add_argument("--rate", type=float, default=100.0, help="sends/s over all producers (0 = no limit)")
@@ -155,7 +221,9 @@ def add_parser(sub: Any) -> None:
     g = p.add_argument_group("faults")
     g.add_argument("--faults", default="",
                    help="NAME[:WEIGHT][,NAME...]: faults and recipes of the catalogue (--list-faults)")
-    g.add_argument("--target", nargs="*", metavar="FAULT=ROLE", default=[], help="pin a fault's target role")
+    g.add_argument("--target", nargs="*", metavar="SYSTEM|FAULT=ROLE", default=[],
+                   help="the system under test: chaoslog (the built-in cluster, default) or "
+                        "external (with --bootstrap); and/or FAULT=ROLE to pin a fault's role")
     g.add_argument("--param", nargs="*", metavar="FAULT.KEY=VALUE", default=[], help="fix a fault parameter")
     g.add_argument("--seed", type=int, default=None, help="default: random (printed)")
     g.add_argument("--interval", default="5,10", help="seconds between faults: S or MIN,MAX")
@@ -263,10 +331,16 @@ def spec_from_args(a: argparse.Namespace) -> RunSpec:
     replay = load_schedule(a.schedule) if a.schedule else None
     if replay is not None:
         given = [f"--{k.replace('_', '-')}" for k, default in DRAWING.items()
-                 if getattr(a, k) != default]
+                 if (target_system(a.target)[1] if k == "target" else getattr(a, k)) != default]
         if given:
             raise Refused(f"--schedule replays a schedule as it is: drop {', '.join(given)}")
         a.duration, a.quiet = replay.duration_s, replay.quiet_s
+    system, pins = target_system(a.target)
+    external = external_spec(a) if system == "external" else None
+    if external is not None:
+        a.brokers, a.zookeepers = external.brokers, 0
+    elif a.bootstrap or a.commands:
+        raise Refused("--bootstrap and --commands go with --target external")
     if a.brokers < 1:
         raise Refused(f"--brokers {a.brokers}: at least 1")
     if a.partitions < 1:
@@ -297,7 +371,7 @@ def spec_from_args(a: argparse.Namespace) -> RunSpec:
                    else parse_weights([f for f in a.faults.split(",") if f.strip()]))
     except FaultError as e:
         raise Refused(str(e)) from None
-    backend = a.backend or default_backend()
+    backend = "external" if external else (a.backend or default_backend())
     used = sorted(recipes.faults_of(weights))   # the recipes' faults too
     # Links through the proxy when a fault needs them: link toxics on any
     # backend; partitions on the local backend (docker cuts them with iptables).
@@ -305,16 +379,18 @@ def spec_from_args(a: argparse.Namespace) -> RunSpec:
     needs_net = any("net" in injectors.kind(f).needs for f in used)
     proxied = needs_link or a.mechanism == "proxy" or (
         needs_net and backend == "local" and a.mechanism != "iptables")
-    for f in used:
+    if external is not None:
+        refuse_on_external(external, used, replay, kv_list(pins, "--target"))
+    for f in used if external is None else ():
         why = injectors.unsupported(f, backend=backend, proxied=proxied, zookeepers=a.zookeepers)
         if why:
             raise Refused(f"{why} (backend {backend})")
     if a.mechanism == "iptables" and backend != "docker" and any(
             injectors.kind(f).family == "partition" for f in used):
         raise Refused("--mechanism iptables needs the docker backend")
-    targets = kv_list(a.target, "--target")
-    cluster = ClusterSpec(brokers=a.brokers, zookeepers=a.zookeepers,
-                          broker_config=dict(broker_config), proxied=proxied)
+    targets = kv_list(pins, "--target")
+    cluster = external or ClusterSpec(brokers=a.brokers, zookeepers=a.zookeepers,
+                                      broker_config=dict(broker_config), proxied=proxied)
     for step in replay.steps if replay is not None else ():
         if step.target:
             try:

@@ -10,7 +10,7 @@ client would; the request is retried until `timeout_s`.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Iterable, Mapping
 
 from cluster.deadline import Deadline, wait_until
 
@@ -71,3 +71,24 @@ def create_topics(bootstrap: str, topics: Mapping[str, int], replication_factor:
     if not wait_until(attempt, timeout_s, 0.5):
         raise TopicError(f"topics {', '.join(sorted(wanted))} not created within {timeout_s:g} s: "
                          + "; ".join(f"{t}: {e}" for t, e in sorted(last.items())))
+
+
+def wait_for_leaders(cluster: Any, topics: Iterable[str], timeout_s: float = 60.0) -> None:
+    """Until the brokers' Metadata shows a leader for every partition of
+    `topics` (a target without ZooKeeper; the built-in clusters are read in
+    ZooKeeper by cluster.admin.wait_for_leaders)."""
+    names = sorted(topics)
+    last = "no broker answered"
+
+    def led() -> bool:
+        nonlocal last
+        md = cluster.kafka_metadata(names)
+        parts = {t: [p for (tt, _), p in md.partitions.items() if tt == t] for t in names}
+        waiting = [f"{t}: no partitions" for t, ps in parts.items() if not ps]
+        waiting += [f"{p.topic}/{p.partition}: no leader" for ps in parts.values() for p in ps
+                    if p.leader < 0 or p.error]
+        last = "; ".join(waiting[:5])
+        return not waiting
+
+    if not wait_until(led, timeout_s, 0.5, retry_on=(Exception,)):
+        raise TopicError(f"topics {', '.join(names)} without leaders after {timeout_s:g} s: {last}")

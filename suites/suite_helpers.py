@@ -151,6 +151,33 @@ class ZkView:
         return True
 
 
+class MetadataView:
+    """What `ZkView` tells a suite, for a target without ZooKeeper: read
+    from the brokers' Metadata answers (harness.backends.base.Cluster)."""
+
+    def __init__(self, cluster: Any):
+        self.cluster = cluster
+
+    def registered(self) -> set[int]:
+        return {n.broker_id for n in self.cluster.brokers() if self.cluster.broker_live(n.name)}
+
+    def fully_replicated(self, topics: dict[str, int]) -> bool:
+        """Every partition of `topics` has a leader and all its replicas in the ISR."""
+        md = self.cluster.kafka_metadata(sorted(topics))
+        for t, n in topics.items():
+            for p in range(n):
+                pm = md.partitions.get((t, p))
+                if pm is None or pm.leader < 0 or set(pm.isr) != set(pm.replicas):
+                    return False
+        return True
+
+
+def cluster_view(run: Any) -> "ZkView | MetadataView":
+    """The view of a run's cluster a suite waits on: ZooKeeper where the
+    cluster keeps its metadata there, else the brokers' Metadata."""
+    return ZkView(run.zk) if run.cluster.has_zookeeper else MetadataView(run.cluster)
+
+
 @dataclass(frozen=True)
 class Ack:
     time: int          # ns since the run started (the history's clock)

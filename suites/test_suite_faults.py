@@ -27,10 +27,12 @@ import pytest
 
 from faults import injectors
 from faults.nemesis import Schedule, Step, make_schedule
-from suite_helpers import (SAFE, SESSION_TIMEOUT_S, SUITE_SECONDS, AckWatch, ZkView, describe,
-                           wait_for)
+from suite_helpers import (SAFE, SESSION_TIMEOUT_S, SUITE_SECONDS, AckWatch, cluster_view,
+                           describe, wait_for)
 
-pytestmark = [pytest.mark.docker]
+# Also against tansu (`--chaoslog-target tansu`, docs/targets.md): the same
+# runs of the kinds it supports, the others skipped with its reason.
+pytestmark = [pytest.mark.docker, pytest.mark.any_target]
 
 LINK_FAULTS = [n for n, k in injectors.CATALOGUE.items() if "proxy" in k.needs]
 FAULTS = list(injectors.CATALOGUE)
@@ -55,6 +57,11 @@ def clusters(module_cluster_factory):
 @pytest.fixture
 def cluster(request, clusters):
     fault = request.node.callspec.params["fault"]
+    if request.config.getoption("--chaoslog-target") == "tansu":
+        from harness.backends.tansu import refusal
+        why = refusal(fault, _role(fault, refusal))
+        if why:
+            pytest.skip(why)
     c = clusters("proxied" if fault in LINK_FAULTS else "plain")
     c.wait_brokers_registered(timeout=90)
     return c
@@ -89,9 +96,12 @@ def leftovers(cluster) -> list[str]:
     return out.stdout.split()
 
 
-def _role(fault: str) -> str | None:
+def _role(fault: str, refusal=None) -> str | None:
+    """The first role the catalogue offers for `fault` (that a target's
+    `refusal(fault, role)` does not refuse, if one is given)."""
     roles = injectors.roles_for(fault, brokers=3, zookeepers=1, replication_factor=3)
-    return roles[0] if roles else None
+    allowed = [r for r in roles if refusal is None or refusal(fault, r) is None]
+    return (allowed or roles or [None])[0]
 
 
 def _params(fault: str) -> dict:
@@ -115,11 +125,11 @@ def fault_run(cluster, workload, nemesis, history, fault: str, schedule: Schedul
     acks = AckWatch(history)
     # A reassignment moves a replica to a broker that holds none: two replicas
     # on three brokers leave one spare.
-    rf = 2 if fault == "reassign" else 3
+    rf = (2 if fault == "reassign" else 3) if cluster.keeps_replicas else 1
     run = workload({topic: 2}, replication_factor=rf, acks="all", rate=50, producers=1, slots=4,
                    consumers=1)
-    zk = ZkView(run.zk)
-    wait_for(lambda: zk.fully_replicated({topic: 2}), 30, "a full ISR on every partition")
+    view = cluster_view(run)
+    wait_for(lambda: view.fully_replicated({topic: 2}), 30, "a full ISR on every partition")
     acks.wait_acks(10, 0, 20, "before the fault")
     nem = nemesis(schedule, partition=(topic, 0))
     run.finish(quiet_s=2.0, final_timeout_s=60, settle_s=3.0)
@@ -137,7 +147,7 @@ def fault_run(cluster, workload, nemesis, history, fault: str, schedule: Schedul
     summary = run.verdict()
     # Everything is back, nothing of the run still runs.
     assert all(n.state == "running" for n in cluster.nodes()), [n.to_json() for n in cluster.nodes()]
-    assert zk.registered() == {1, 2, 3}
+    assert view.registered() == {1, 2, 3}
     assert not running_workers(cluster), running_workers(cluster)
     print(f"{fault}: {[d['targets'] for d in nem.done]} {describe(summary)}")
     assert summary["valid"] is True, f"{fault}: {describe(summary)}"
@@ -152,7 +162,7 @@ def test_fault_kind(cluster, workload, nemesis, history, fault):
     death, see _min_hold)."""
     params = _params(fault)
     hold = max(SUITE_SECONDS - 5.0, 3.0, _min_hold(fault, params))
-    step = Step(2.0, fault, hold, _role(fault), params)
+    step = Step(2.0, fault, hold, _role(fault, cluster.refuses), params)
     schedule = Schedule(seed=5, duration_s=2.0 + hold + 3.0, quiet_s=2.0, steps=[step])
     fault_run(cluster, workload, nemesis, history, fault, schedule)
 
@@ -166,9 +176,13 @@ def test_fault_kind_60s(cluster, workload, nemesis, history, fault):
     writes none of them fsynced, by design (KIP-101 scenario 2's suite shows
     that case)."""
     lo = max(5.0, _min_hold(fault, _params(fault)))
+    targets = {"lose-unfsynced": "random"}
+    role = _role(fault, cluster.refuses)
+    if role and cluster.refuses(fault, injectors.kind(fault).roles[0]):
+        targets[fault] = role            # a target that refuses some roles: one it takes
     schedule = make_schedule(5, [fault], duration_s=60.0, interval_s=(3.0, 6.0),
                              fault_duration_s=(lo, lo + 5.0), quiet_s=2.0, brokers=3, zookeepers=1,
-                             targets={"lose-unfsynced": "random"},
+                             targets=targets,
                              params={fault: _params(fault)} if _params(fault) else None)
     fault_run(cluster, workload, nemesis, history, fault, schedule)
 

@@ -147,12 +147,18 @@ class Injector(abc.ABC):
         return f"<{type(self).__name__} {self.fault} targets={self.targets} active={self.active}>"
 
 
-# -- waiting on ZooKeeper ---------------------------------------------------------
+# -- waiting for registrations ----------------------------------------------------
+# A broker is "registered" when the cluster counts it as live: its
+# /brokers/ids/N node in ZooKeeper, or, on a target without ZooKeeper, what
+# the cluster says (Cluster.broker_live: it answers, and Metadata lists it).
 
 def registration(ctx: FaultContext, name: str) -> int | None:
-    """The ZooKeeper session that holds the broker's /brokers/ids/N, or None."""
+    """The ZooKeeper session that holds the broker's /brokers/ids/N, or None
+    (also on a target without ZooKeeper, which has no sessions to tell apart)."""
     from cluster.zkpaths import broker_path
-    stat = ctx.resolver.zk.exists(broker_path(int(name.rsplit("-", 1)[1])))
+    if not _has_zookeeper(ctx):
+        return None
+    stat = ctx.resolver.zk.exists(broker_path(_broker_id(name)))
     return None if stat is None else stat.ephemeralOwner
 
 
@@ -160,8 +166,18 @@ def broker_registered(ctx: FaultContext, name: str, not_by: int | None = None) -
     """Registered, and (with `not_by`) by another session than that one: a
     killed broker's registration outlives it until its session expires, so
     "registered again" must mean a new session."""
+    if not _has_zookeeper(ctx):
+        return bool(ctx.cluster.broker_live(name))
     owner = registration(ctx, name)
     return owner is not None and (not_by is None or owner != not_by)
+
+
+def _has_zookeeper(ctx: FaultContext) -> bool:
+    return getattr(ctx.cluster, "has_zookeeper", True)
+
+
+def _broker_id(name: str) -> int:
+    return int(name.rsplit("-", 1)[1])
 
 
 def wait_registered(ctx: FaultContext, name: str, not_by: int | None = None) -> bool:
@@ -173,8 +189,11 @@ def wait_registered(ctx: FaultContext, name: str, not_by: int | None = None) -> 
 
 def wait_unregistered(ctx: FaultContext, name: str) -> bool:
     """Until the broker's registration is gone (its session expired)."""
-    return bool(wait_until(lambda: not broker_registered(ctx, name), ctx.wait_timeout,
-                           retry_on=(Exception,)))
+    def gone() -> bool:
+        if _has_zookeeper(ctx):
+            return registration(ctx, name) is None
+        return _broker_id(name) not in ctx.resolver.live_brokers()
+    return bool(wait_until(gone, ctx.wait_timeout, retry_on=(Exception,)))
 
 
 def is_broker(name: str) -> bool:

@@ -1,5 +1,7 @@
-"""Backends: where a cluster's nodes run. `make_cluster` picks one; `attach`
-finds a cluster that `chaoslog cluster up` brought up in another process."""
+"""Backends: where a cluster's nodes run. `make_cluster` picks one (docker,
+local, or external: a cluster the harness did not start, reached through its
+bootstrap addresses); `attach` finds a cluster that `chaoslog cluster up`
+brought up in another process."""
 from __future__ import annotations
 
 import json
@@ -25,6 +27,12 @@ def make_cluster(spec: ClusterSpec, backend: str | None = None, persistent: bool
     if backend == "local":
         from harness.backends.local import LocalCluster
         return LocalCluster(spec, persistent=persistent)
+    if backend == "external":
+        from harness.backends.external import ExternalCluster, ExternalSpec
+        if not isinstance(spec, ExternalSpec):
+            raise ClusterError("an external cluster needs its bootstrap addresses "
+                               "(chaoslog run --target external --bootstrap HOST:PORT,...)")
+        return ExternalCluster(spec)
     raise ClusterError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
 
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from harness.zk_probe import zk_mode
 
 BROKER = "broker"
 ZOOKEEPER = "zookeeper"
+
+T = TypeVar("T")
 
 RUNNING = "running"
 STOPPED = "stopped"
@@ -79,6 +81,13 @@ class Cluster(abc.ABC):
     """A running (or startable) cluster. All node operations take node names."""
 
     backend: str = "?"
+    # Which broker runs: the built-in one, or another Kafka-protocol system.
+    system: str = "chaoslog"
+    # Workload workers are processes of this machine (not containers).
+    local_workers: bool = False
+    # Whether the brokers keep replicas of their own (a replication factor
+    # above 1 means something); tansu's brokers share one storage instead.
+    keeps_replicas: bool = True
 
     def __init__(self, spec: ClusterSpec):
         spec.validate()
@@ -152,6 +161,81 @@ class Cluster(abc.ABC):
     @abc.abstractmethod
     def zookeeper_connect(self) -> str:
         """Connect string usable from this machine (the harness, admin tools)."""
+
+    @property
+    def has_zookeeper(self) -> bool:
+        """Whether this cluster keeps its metadata in a ZooKeeper the harness
+        reads (roles, registrations, recovery). Without it the harness asks
+        the brokers through the Kafka protocol (`kafka_metadata`)."""
+        return bool(self.zookeeper_connect)
+
+    def refuses(self, fault: str, target: str | None = None) -> str | None:
+        """Why `fault` of the catalogue, aimed at `target`, cannot run against
+        this cluster, or None. A run refuses such a fault before it starts;
+        it never skips it. The built-in clusters can run every fault."""
+        return None
+
+    # --- the Kafka protocol's view -------------------------------------
+    def ask(self, request: Callable[[Any], T], names: list[str] | None = None,
+            timeout: float = 5.0) -> T:
+        """`request(conn)` (conn: a harness.kafka_wire.KafkaConnection) on the
+        first of the running brokers `names` (default: all) that answers.
+        ClusterError naming each broker's failure when none does."""
+        from harness import kafka_wire
+        errors = []
+        for n in self.brokers():
+            if (names is not None and n.name not in names) or n.state != RUNNING or not n.host:
+                continue
+            try:
+                conn = kafka_wire.KafkaConnection(n.host, n.port, client_id="chaoslog-harness",
+                                                  timeout=timeout)
+                try:
+                    return request(conn)
+                finally:
+                    conn.close()
+            except (OSError, kafka_wire.WireError) as e:
+                errors.append(f"{n.name}: {e}")
+        raise ClusterError("no broker answers" + (f" ({'; '.join(errors)})" if errors
+                                                  else ": none is running"))
+
+    def kafka_metadata(self, topics: list[str] | None = None) -> Any:
+        """A Metadata answer (harness.kafka_wire.ClusterMetadata) as a Kafka
+        client sees it: live brokers, the controller, each partition's
+        leader, ISR and replicas. Where there is no ZooKeeper to read, roles
+        and recovery come from here."""
+        from harness import kafka_wire
+        return self.ask(lambda conn: kafka_wire.metadata(conn, topics))
+
+    def group_coordinator(self, group: str) -> int:
+        """The broker id coordinating consumer group `group` (FindCoordinator)."""
+        from harness import kafka_wire
+
+        def find(conn: Any) -> int:
+            error, node_id, _, _ = kafka_wire.find_coordinator(conn, group)
+            if error:
+                raise kafka_wire.WireError(f"FindCoordinator: error {error}")
+            return node_id
+        return self.ask(find)
+
+    def answers(self, name: str, timeout: float = 3.0) -> bool:
+        """Whether broker `name` answers a Metadata request itself now."""
+        from harness import kafka_wire
+        try:
+            self.ask(lambda conn: kafka_wire.metadata(conn, []), [name], timeout)
+            return True
+        except ClusterError:
+            return False
+
+    def broker_live(self, name: str) -> bool:
+        """For a cluster without ZooKeeper: whether it counts broker `name` as
+        live now, as its registration in ZooKeeper would say: the broker
+        answers Metadata itself, and the brokers' Metadata lists it."""
+        if not self.answers(name):
+            return False
+        try:
+            return broker_id_of(name) in self.kafka_metadata([]).brokers
+        except ClusterError:
+            return False
 
     def node(self, name: str) -> NodeInfo:
         for n in self.nodes():

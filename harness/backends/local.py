@@ -42,6 +42,7 @@ class _Ports:
 
 class LocalCluster(Cluster):
     backend = "local"
+    local_workers = True
 
     def __init__(self, spec: ClusterSpec, persistent: bool = False,
                  base_dir: Path | None = None):

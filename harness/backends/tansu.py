@@ -63,16 +63,15 @@ REFUSED_FAULTS = {
                        "there (faults/injectors/admin.py, cluster.admin)"),
     "recreate-topic": ("the injector reads the topic's assignment and deletion in ZooKeeper "
                        "(faults/injectors/admin.py, cluster.admin)"),
-    "kill": ("its heal restarts the node and waits for its ZooKeeper registration "
-             "(faults/injectors/process.py restart()); tansu registers nowhere"),
-    "stop": ("its heal restarts the node and waits for its ZooKeeper registration "
-             "(faults/injectors/process.py restart()); tansu registers nowhere"),
-    "hard-bounce": "each round waits for the broker's ZooKeeper session to expire",
-    "clean-bounce": "each round waits for the broker's ZooKeeper registration",
+    "hard-bounce": ("each round waits until the cluster stops listing the killed broker, and "
+                    "tansu lists only node 111"),
+    "clean-bounce": ("each round waits until the cluster stops listing the killed broker, and "
+                     "tansu lists only node 111"),
 }
-# Role targets resolved from ZooKeeper (faults/targets.py Resolver).
-ZOOKEEPER_ROLES = ("controller", "leader", "follower", "out-of-isr", "coordinator", "live",
-                   "zk-leader", "zk-follower", "zk-random", "zk-all")
+# Role targets read from Metadata (faults/targets.py MetadataRoles), where
+# tansu names node 111 for every role, and ZooKeeper's.
+METADATA_ROLES = ("controller", "leader", "follower", "out-of-isr", "coordinator", "live",
+                  "zk-leader", "zk-follower", "zk-random", "zk-all")
 
 
 def refusal(fault: str, target: str | None = None) -> str | None:
@@ -83,9 +82,9 @@ def refusal(fault: str, target: str | None = None) -> str | None:
     from faults.injectors import kind
     why = REFUSED_FAULTS.get(fault) or REFUSED_FAMILIES.get(kind(fault).family)
     role = (target or "").partition(":")[0]
-    if why is None and role in ZOOKEEPER_ROLES:
-        why = (f"target {target!r} is resolved from ZooKeeper, which tansu has not (tansu's "
-               "Metadata names node 111, the node asked, as the leader of every partition)")
+    if why is None and role in METADATA_ROLES:
+        why = (f"target {target!r}: tansu's Metadata names node 111, the node asked, for "
+               "every role, and tansu has no ZooKeeper")
     return None if why is None else f"the tansu target cannot run {fault}: {why}"
 
 
@@ -123,6 +122,7 @@ class TansuCluster(DockerCluster):
     removes every container and the network, also after a failed start."""
 
     system = SYSTEM
+    keeps_replicas = False
 
     def __init__(self, spec: TansuSpec | None = None, **kwargs: Any):
         super().__init__(spec or TansuSpec(name="tansu"), **kwargs)
@@ -192,7 +192,7 @@ class TansuCluster(DockerCluster):
         deadline = time.monotonic() + timeout
         waiting = list(names)
         while waiting:
-            waiting = [n for n in waiting if not self.answers(n)]
+            waiting = [n for n in waiting if not self.broker_live(n)]
             if not waiting:
                 return
             dead = [n for n in waiting if self._status(n) != "running"]
@@ -204,25 +204,15 @@ class TansuCluster(DockerCluster):
 
     wait_ready = wait_brokers_registered
 
-    def answers(self, name: str, timeout: float = 3.0) -> bool:
-        """Whether broker `name` answers a Metadata request now."""
-        try:
-            self.metadata_view(name, timeout=timeout)
-            return True
-        except Exception:  # noqa: BLE001 - refused, timed out, not running: not up
-            return False
+    def broker_live(self, name: str) -> bool:
+        """tansu's Metadata lists only node 111: a broker is live when it answers."""
+        return self.answers(name)
 
     def metadata_view(self, name: str, topics: list[str] | None = None,
                       timeout: float = 5.0) -> Any:
-        """Broker `name`'s own Metadata answer (harness.kafka_wire.ClusterMetadata):
-        the only source of roles a Kafka client has on a target without ZooKeeper."""
+        """Broker `name`'s own Metadata answer (harness.kafka_wire.ClusterMetadata)."""
         from harness import kafka_wire
-        ip = self.node_ip(name)
-        conn = kafka_wire.KafkaConnection(ip, KAFKA_PORT, timeout=timeout)
-        try:
-            return kafka_wire.metadata(conn, topics)
-        finally:
-            conn.close()
+        return self.ask(lambda conn: kafka_wire.metadata(conn, topics), [name], timeout)
 
     def client_connections(self, name: str) -> int:
         """How many Kafka connections broker `name` holds now from outside the

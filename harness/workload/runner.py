@@ -95,10 +95,10 @@ Launcher = Callable[[str, list[str]], WorkerHandle]
 
 
 def launcher_for(cluster: Any, log_dir: Path) -> Launcher:
-    """Workers run where the cluster runs them: local subprocesses, or
-    containers on the cluster's network (docker backend). A local worker
+    """Workers run where the cluster runs them: local subprocesses (local and
+    external backends), or containers on the cluster's network (docker). A local worker
     also stops when the harness dies (--stdin-stop: its stdin pipe closes)."""
-    extra = ["--stdin-stop"] if cluster.backend == "local" else []
+    extra = ["--stdin-stop"] if cluster.local_workers else []
 
     def launch(name: str, argv: list[str]) -> WorkerHandle:
         return cluster.start_worker(name, [WORKER_MODULE, *argv, *extra], log_dir / f"{name}.log")

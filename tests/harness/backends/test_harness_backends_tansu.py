@@ -45,16 +45,17 @@ needs_tansu = [pytest.mark.docker, pytest.mark.skipif(SKIP is not None, reason=S
 def test_tansu_refuses_what_it_cannot_do_by_fault_and_target_name():
     from faults.injectors import CATALOGUE
     supported = {name for name in CATALOGUE if refusal(name, "broker-1") is None}
-    assert supported == {"pause", "partition-isolate", "partition-halves", "partition-ring",
-                         "partition-bridge", "partition-one-way", "partition-clients"}
+    assert supported == {"kill", "stop", "pause", "partition-isolate", "partition-halves",
+                         "partition-ring", "partition-bridge", "partition-one-way",
+                         "partition-clients"}
     for name in set(CATALOGUE) - supported:
         why = refusal(name, "broker-1")
         assert why.startswith(f"the tansu target cannot run {name}: ")
     assert "ZooKeeper" in refusal("zk-expire")
     assert "replica files" in refusal("truncate-tail", "broker-2")
-    # Roles read from ZooKeeper are refused for every fault, named in the message.
+    # Roles read from Metadata are refused for every fault, named in the message.
     why = refusal("pause", "leader:t/0")
-    assert "pause" in why and "'leader:t/0'" in why and "ZooKeeper" in why
+    assert "pause" in why and "'leader:t/0'" in why and "node 111" in why
     assert refusal("pause", "controller") and refusal("partition-isolate", "follower")
     assert refusal("pause", "broker-3") is None
     assert refusal("partition-isolate", "random") is None

@@ -1,0 +1,166 @@
+"""The external target: a cluster the harness did not start, reached only
+through its bootstrap addresses and acted on through a command file.
+
+The end-to-end test starts a built-in cluster the way a user would start
+their own, in another process (`chaoslog cluster up`, local backend), then
+runs `chaoslog run --target external` against it with a command file of
+`chaoslog cluster kill|start|pause|resume` lines.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from harness.backends.base import ClusterError
+from harness.backends.external import (ExternalCluster, ExternalSpec, addresses, load_commands)
+
+CHAOSLOG = str(Path(sys.executable).parent / "chaoslog")
+ALL_COMMANDS = {a: f"true {a} {{node}}" for a in ("kill", "stop", "start", "pause", "resume")}
+
+
+def spec(**kw) -> ExternalSpec:
+    """A spec whose brokers are given, so nothing is asked of a network."""
+    return ExternalSpec(**{"bootstrap": "127.0.0.1:9092", "broker_ids": [1, 2, 3], **kw})
+
+
+# -- the command file and the settings (no cluster) --------------------------------------------
+
+@pytest.mark.parametrize("text,message", [
+    ('kill = "x"\nreboot = "y"\n', "unknown action 'reboot'"),
+    ('kill = "x {nod}"\n', "placeholders are {node}, {id}, {host}, {port}"),
+    ('kill = ""\n', "kill must be a non-empty command string"),
+    ('kill = 3\n', "kill must be a non-empty command string"),
+    ('kill = \n', "not TOML"),
+    ('[nodes.b2]\nkill = "x"\n', "[nodes.b2]: nodes are named broker-N"),
+    ('nodes = 1\n', "[nodes.broker-N] must be tables of commands"),
+])
+def test_a_bad_command_file_names_the_file_and_what_is_wrong(tmp_path, text, message):
+    path = tmp_path / "commands.toml"
+    path.write_text(text)
+    with pytest.raises(ClusterError) as e:
+        load_commands(path)
+    assert str(path) in str(e.value) and message in str(e.value)
+
+
+def test_a_command_file_has_defaults_and_per_node_overrides(tmp_path):
+    path = tmp_path / "commands.toml"
+    path.write_text('kill = "pkill -9 -f id={id}"\n[nodes.broker-2]\nkill = "ssh b2 kill"\n')
+    commands, per_node = load_commands(path)
+    assert commands == {"kill": "pkill -9 -f id={id}"}
+    assert per_node == {"broker-2": {"kill": "ssh b2 kill"}}
+    with pytest.raises(ClusterError, match="cannot read it"):
+        load_commands(tmp_path / "missing.toml")
+
+
+@pytest.mark.parametrize("bootstrap", ["", "host", "host:port", ":9092", "h:0", "h:70000"])
+def test_bad_bootstrap_addresses_are_refused(bootstrap):
+    with pytest.raises(ClusterError):
+        addresses(bootstrap)
+
+
+def test_the_external_target_refuses_what_it_cannot_reach():
+    from faults.injectors import CATALOGUE
+    cluster = ExternalCluster(spec(commands=ALL_COMMANDS))
+    supported = {f for f in CATALOGUE if cluster.refuses(f, "broker-1") is None}
+    assert supported == {"kill", "stop", "pause", "hard-bounce", "clean-bounce"}
+    for f in set(CATALOGUE) - supported:
+        assert cluster.refuses(f).startswith(f"the external target cannot run {f}: ")
+    assert "ZooKeeper node" in cluster.refuses("kill", "zk-leader")
+    assert cluster.refuses("kill", "leader:t/0") is None
+    # A process fault needs both of its commands, for every broker.
+    partial = ExternalCluster(spec(commands={"kill": "x", "start": "y"},
+                                   node_commands={"broker-3": {"pause": "z"}}))
+    assert partial.refuses("kill") is None
+    assert "no stop command" in partial.refuses("stop")
+    assert "no pause or resume command" in partial.refuses("pause")
+
+
+def test_commands_get_the_node_and_a_failing_command_says_what_it_printed(tmp_path):
+    log = tmp_path / "did"
+    cluster = ExternalCluster(spec(commands={
+        "kill": f"echo kill {{node}} {{id}} >> {log}",
+        "start": "echo no such unit >&2; exit 5"}))
+    cluster.kill_node("broker-2")
+    assert log.read_text() == "kill broker-2 2\n"
+    assert cluster.node("broker-2").state == "stopped"
+    with pytest.raises(ClusterError, match=r"start broker-2: .* exited 5: no such unit"):
+        cluster.start_node("broker-2")
+    with pytest.raises(ClusterError, match="no pause command for broker-1"):
+        cluster.pause_node("broker-1")
+    assert "no logs command" in cluster.logs("broker-1")
+    with pytest.raises(ClusterError, match="cannot reach an external cluster's files"):
+        cluster.log_dir("broker-1")
+
+
+def test_external_settings_are_refused_in_one_line(capsys):
+    from harness.cli import main
+    for argv, message in [
+        (["--target", "external"], "--target external needs --bootstrap"),
+        (["--bootstrap", "127.0.0.1:9092"], "--bootstrap and --commands go with --target external"),
+        (["--target", "kafka"], "a system is one of chaoslog, external"),
+        (["--target", "external", "--bootstrap", "127.0.0.1:1"],
+         "no bootstrap address answers a Kafka Metadata request"),
+        (["--target", "external", "--bootstrap", "127.0.0.1:1", "--backend", "local"],
+         "drop --backend"),
+    ]:
+        assert main(["run", *argv, "--print-schedule"]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, (argv, err)
+
+
+# -- end to end: a cluster started separately, driven by addresses and commands ----------------
+
+@pytest.fixture
+def separate_cluster(tmp_path):
+    """A built-in cluster on the local backend, started and removed through
+    the CLI in other processes, as a user's own cluster would be."""
+    name = f"ext{os.getpid()}"
+    up = subprocess.run([CHAOSLOG, "cluster", "up", "--backend", "local", "--name", name],
+                        capture_output=True, text=True, timeout=180)
+    if up.returncode != 0:
+        pytest.skip(f"no local backend here: {up.stderr.strip()[-300:]}")
+    try:
+        commands = tmp_path / "commands.toml"
+        commands.write_text("".join(f'{a} = "{CHAOSLOG} cluster {a} {{node}} --name {name}"\n'
+                                    for a in ("kill", "stop", "start", "pause", "resume")))
+        yield json.loads(up.stdout)["bootstrap_servers"].split(",")[0], commands
+    finally:
+        subprocess.run([CHAOSLOG, "cluster", "down", "--name", name], capture_output=True,
+                       timeout=120)
+
+
+def test_a_run_against_a_cluster_started_elsewhere(separate_cluster, tmp_path):
+    """One bootstrap address and a command file are all the harness gets;
+    the leader it kills and the follower it pauses come from Metadata (seed 1
+    draws one pause, then one kill)."""
+    from harness.cli import build_parser
+    from harness.run import execute
+    from harness.run_cli import spec_from_args
+    bootstrap, commands = separate_cluster
+    args = build_parser().parse_args([
+        "run", "--target", "external", "pause=follower", "--bootstrap", bootstrap,
+        "--commands", str(commands), "--faults", "kill,pause", "--duration", "16",
+        "--interval", "2,3", "--fault-duration", "3,4", "--seed", "1", "--quiet", "3",
+        "--rate", "40", "--producers", "1", "--out", str(tmp_path / "run")])
+    run_spec = replace(spec_from_args(args), checker="reference")
+    assert run_spec.backend == "external" and run_spec.cluster.broker_ids == [1, 2, 3]
+    result = execute(run_spec, log=lambda m: None)
+    assert result.exit_code == 0, result.outcome
+    meta = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert meta["cluster"]["system"] == "external" and meta["cluster"]["zookeepers"] == 0
+    assert meta["result"]["recovery"]["recovered"] is True
+    (nemesis,) = meta["result"]["nemesis"]
+    assert not nemesis["errors"] and not nemesis["skipped"]
+    done = {d["fault"] for d in nemesis["done"]}
+    assert done == {"kill", "pause"}, nemesis
+    assert all(t.startswith("broker-") for d in nemesis["done"] for t in d["targets"])
+    summary = result.verdict.summary
+    assert summary["valid"] is True and summary["counts"]["acknowledged"] > 100
+    assert summary["oracles"]["lost"] == "checked"
+    assert summary["oracles"]["replica-divergence"].startswith("no input")
