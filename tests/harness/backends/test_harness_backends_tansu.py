@@ -5,11 +5,9 @@ Skipped, with the command to run, until the opt-in image is built
 (`chaoslog images --target tansu`: compiles tansu from crates.io). The
 refusal table needs neither Docker nor the image.
 
-The chaos run is composed here from the harness's parts (history recorder,
-workload, fault injectors, final reads, checker) rather than with
-harness.run.Run, because Run reads ZooKeeper at topic creation, at the final
-heal and for its recovery and metadata observations; docs/targets.md lists
-the lines that would let Run drive a target without ZooKeeper.
+The chaos run goes through harness.run.Run, as a run against any target
+does; without ZooKeeper, Run reads leaders, registrations and recovery in
+the brokers' Metadata (docs/targets.md, "One run, any target").
 """
 from __future__ import annotations
 
@@ -235,95 +233,36 @@ CHAOS_TOPICS = {"t": 3}
 
 def chaos_run(cluster: TansuCluster, run_dir: Path, steps=CHAOS_STEPS, *, rate: float = 100.0,
               tail_s: float = 8.0) -> dict:
-    """One chaos run against tansu, the steps of harness.run.Run without its
-    ZooKeeper reads: history, topics through the AdminClient, a workload of
-    real clients, the faults, the final heal, the final reads, run.json and
-    the node logs, then the reference checker. Returns summary.json.
-
-    pause and partition-isolate go through the fault catalogue's injectors.
-    kill is done here with the cluster's own kill_node/start_node, recorded as
-    the injector records it: the catalogue's kill waits at its heal for a
-    ZooKeeper registration that tansu never makes (the target refuses it)."""
-    import random
-    from faults import injectors
-    from faults.heal import final_heal
-    from faults.injectors.base import FaultContext, FaultError
-    from harness.history import (HistoryRecorder, HistoryStats, collect_logs, new_run_id,
-                                 utc_now_iso, write_run_json)
-    from harness.run import CHECKS
-    from harness.topics import create_topics
-    from harness.workload import Workload, WorkloadSpec
+    """One chaos run against tansu through harness.run.Run, as against any
+    target: topics through the AdminClient, a workload of real clients, the
+    catalogue's injectors started at the steps' times, the final heal,
+    recovery read in Metadata, the final reads, run.json and the node logs,
+    then the reference checker. Returns summary.json."""
+    from harness.run import Run
+    from harness.workload import WorkloadSpec
     from harness.workload.clients import ProducerSettings
-    from harness.workload.runner import launcher_for
-    from reports import analyze
 
-    def no_zookeeper():
-        raise FaultError("tansu has no ZooKeeper")
-
-    for _, fault, node, _ in steps:
-        why = cluster.refuses(fault, node or "random")
-        assert why is None or fault == "kill", why
-    run_id, started = new_run_id(), utc_now_iso()
-    recorder = HistoryRecorder(run_dir / "history.jsonl")
-    stats = HistoryStats()
-    recorder.subscribe(stats)
-    meta = {"run": run_id, "seed": 0, "started_at": started,
-            "cluster": {"backend": cluster.backend, "system": cluster.system,
-                        "brokers": cluster.spec.brokers, "zookeepers": 0, "broker_config": {},
-                        "proxied": False, "replication_factor": 1},
-            "faults": sorted({s[1] for s in steps}), "checks": dict(CHECKS)}
     spec = WorkloadSpec(dict(CHAOS_TOPICS), producers=2, slots=4, consumers=1, rate=rate,
                         mix=(ProducerSettings(acks="all", idempotent=True),
                              ProducerSettings(acks="all", retries=0)))
-    write_run_json(run_dir, workload=spec.to_json(), outcome="running", **meta)
-    create_topics(cluster.bootstrap_servers, spec.topics, 1)
-    ctx = FaultContext.create(cluster, no_zookeeper, seed=0, recorder=recorder,
-                              log=lambda m: print(m, flush=True))
-    workload = Workload(recorder, lambda: cluster.bootstrap_servers, spec,
-                        launcher=launcher_for(cluster, run_dir / "workers"), log=print)
-    outcome: dict = {"steps": []}
-    t0 = time.monotonic()
-    try:
-        workload.start()
+    steps_done: list[dict] = []
+    with Run(run_dir, cluster, log=lambda m: print(m, flush=True)) as run:
+        run.create_topics(spec.topics, 1)
+        run.start_workload(spec)
+        t0 = time.monotonic()
         for at, fault, node, hold in steps:
             time.sleep(max(0.0, t0 + at - time.monotonic()))
             node = node or cluster.busiest_broker()
             # Whom the fault hits: the clients' connections to that broker now.
-            outcome["steps"].append({"at_s": round(time.monotonic() - t0, 1), "fault": fault,
-                                     "node": node, "clients": cluster.client_connections(node)})
-            if fault == "kill":
-                recorder.nemesis("kill", "start", [node], f"target={node}; SIGKILL")
-                cluster.kill_node(node)
-                time.sleep(hold)
-                cluster.start_node(node)
-                cluster.wait_ready([node])
-                recorder.nemesis("kill", "stop", [node], f"target={node}; answers Metadata again")
-            else:
-                inj = injectors.make(fault, ctx, node)
-                inj.start()
-                time.sleep(hold)
-                inj.stop()
+            steps_done.append({"at_s": round(time.monotonic() - t0, 1), "fault": fault,
+                               "node": node, "clients": cluster.client_connections(node)})
+            inj = run.inject(fault, node)
+            time.sleep(hold)
+            inj.stop()
         time.sleep(tail_s)
-        outcome["final_heal"] = final_heal(ctx, wait_registered_brokers=False)
-        cluster.wait_ready()
-        time.sleep(5.0)
-        workload.stop()
-        ends = {tp: off + 1 for tp, off in stats.acked.items()}
-        final = workload.final_reads(ends, timeout=60.0, settle_s=5.0)
-        outcome["final_reads"] = {"complete": final.complete, "partitions": final.partitions,
-                                  "missing": final.missing}
-        outcome["status"] = "complete" if final.complete else "incomplete"
-    finally:
-        workload.kill_all()
-        recorder.close(reason="run ended with the op outstanding")
-        outcome["ops"] = {f"{f}:{t}": n for (f, t), n in sorted(stats.counts.items())}
-        outcome["errors"] = dict(stats.errors)
-        collect_logs(cluster, run_dir)
-        write_run_json(run_dir, workload={**spec.to_json(), "clients": dict(workload.clients)},
-                       outcome=outcome.get("status", "failed"), result=outcome, **meta)
-    (verdict,) = analyze([str(run_dir)], checker="reference")
-    assert verdict.summary is not None, f"the checker could not judge {run_dir}: {verdict.error}"
-    return verdict.summary
+        run.outcome["steps"] = steps_done
+        run.finish(quiet_s=5.0, final_timeout_s=60.0, settle_s=5.0)
+    return run.verdict("reference")
 
 
 @pytest.mark.slow
