@@ -8,7 +8,8 @@ after the faults heal, the brokers serve what ZooKeeper says, the replicas
 agree. The observer records that evidence, on the history's clock, for the
 checker (docs/history-format.md, "observations.jsonl"):
 
-  MetadataSampler     a `metadata` sample of ZooKeeper about every second
+  MetadataSampler     a `metadata` sample of ZooKeeper about every second (of
+                      the brokers' Metadata on a target without ZooKeeper)
   await_recovery      after the final heal: until every broker is registered
                       and every partition has a live leader and its full ISR
                       (or the bound passes): one `recovery` observation; read
@@ -133,20 +134,23 @@ class PeriodicSampler:
 
 
 class MetadataSampler(PeriodicSampler):
-    """A `metadata` observation every `period_s` while running. Samples that
-    fail (ZooKeeper paused, cut off, a session moving) are skipped: a gap in
-    the samples is a gap in the evidence, never a made-up state."""
+    """A `metadata` observation every `period_s` while running, of the
+    readings `state()` returns (`zookeeper_state`, or `metadata_state` on a
+    target without ZooKeeper). Samples that fail (ZooKeeper paused, cut off,
+    a session moving, no broker answering) are skipped: a gap in the samples
+    is a gap in the evidence, never a made-up state."""
 
-    def __init__(self, zk: Any, observations: Observations, period_s: float = 1.0):
+    def __init__(self, state: Callable[[], dict[str, Any]], observations: Observations,
+                 period_s: float = 1.0):
         super().__init__("metadata-sampler", period_s)
-        self.zk = zk
+        self.state = state
         self.observations = observations
         self.failures = 0
 
     def sample(self) -> dict[str, Any] | None:
         t = self.observations.clock()
         try:
-            state = zookeeper_state(self.zk)
+            state = self.state()
         except Exception:  # noqa: BLE001 - no whole sample this time
             self.failures += 1
             return None
@@ -175,20 +179,25 @@ def _not_recovered(state: dict[str, Any], brokers: list[int]) -> list[str]:
     return wrong
 
 
-def metadata_state(cluster: Any, topics: set[str]) -> dict[str, Any]:
-    """The same reading as `zookeeper_state`, for the run's `topics`, from
-    the brokers' Metadata answer (a target without ZooKeeper): live are the
-    brokers Metadata lists and those the cluster counts as live
-    (Cluster.broker_live); no reassignment is visible to a client."""
+def metadata_state(cluster: Any, topics: set[str], *, probe: bool = False) -> dict[str, Any]:
+    """What `zookeeper_state` reads, for the run's `topics`, from one
+    broker's Metadata answer (a target without ZooKeeper; `source`
+    "kafka"): live are the brokers it lists (with `probe`, also those the
+    cluster counts as live, Cluster.broker_live: tansu lists only itself).
+    A client sees no epochs, versions or pending reassignments, so a sample
+    has none: the checker's oracles that need them say "no input"."""
     md = cluster.kafka_metadata(sorted(topics))
-    live = set(md.brokers) | {n.broker_id for n in cluster.brokers()
-                              if n.broker_id is not None and cluster.broker_live(n.name)}
+    live = set(md.brokers)
+    if probe:
+        live |= {n.broker_id for n in cluster.brokers()
+                 if n.broker_id is not None and cluster.broker_live(n.name)}
     controller = md.controller if md.controller is not None and md.controller >= 0 else None
     partitions = [{"topic": p.topic, "partition": p.partition, "replicas": list(p.replicas),
                    "leader": p.leader, "isr": sorted(p.isr)}
-                  for p in sorted(md.partitions.values(), key=lambda p: (p.topic, p.partition))]
-    return {"controller": controller, "live_brokers": sorted(live), "reassigning": {},
-            "partitions": partitions}
+                  for p in sorted(md.partitions.values(), key=lambda p: (p.topic, p.partition))
+                  if not p.error or p.leader >= 0]
+    return {"source": "kafka", "controller": controller, "live_brokers": sorted(live),
+            "reassigning": {}, "partitions": partitions}
 
 
 def await_recovery(state: Callable[[], dict[str, Any]], observations: Observations,

@@ -209,11 +209,8 @@ class Run:
         if self._faults is not None:
             self._faults.resolver.default_partition = self._default_partition
             self._faults.resolver.topics = set(self._topics)
-        if self.resources is None:
-            # ZooKeeper samples only where there is one: without, the oracles
-            # fed by them say "no input" (docs/targets.md).
-            if self.cluster.has_zookeeper:
-                self.sampler = MetadataSampler(self.zk, self.observations).start()
+        if self.sampler is None:
+            self.sampler = MetadataSampler(self._state(), self.observations).start()
             self.resources = ResourceSampler(self.cluster, self.observations).start()
         rf = len(next(iter(next(iter(placed.values())).values()))) if placed else replication_factor
         self.meta["cluster"]["replication_factor"] = rf
@@ -268,6 +265,14 @@ class Run:
         self._note_faults({fault})
         return inj
 
+    def _state(self, probe: bool = False) -> Callable[[], dict[str, Any]]:
+        """How the cluster's state is read: ZooKeeper where the cluster has
+        one the harness reads, else the brokers' Metadata about the run's
+        topics (docs/targets.md, "One run, any target")."""
+        if self.cluster.has_zookeeper:
+            return lambda: zookeeper_state(self.zk)
+        return lambda: metadata_state(self.cluster, self._topics or set(), probe=probe)
+
     def _refuse_unless_supported(self, fault: str, target: str | None) -> None:
         """A fault the cluster cannot run is refused before anything starts
         (FaultError naming the target system), never skipped."""
@@ -315,9 +320,7 @@ class Run:
         healed_at = self.recorder.now()
         self.outcome["final_heal"] = self.heal(final=True)
         self.phase = "recovery"
-        state = ((lambda: zookeeper_state(self.zk)) if self.cluster.has_zookeeper else
-                 (lambda: metadata_state(self.cluster, self._topics or set())))
-        recovery = await_recovery(state, self.observations,
+        recovery = await_recovery(self._state(probe=True), self.observations,
                                   [n.broker_id for n in self.cluster.brokers()],
                                   healed_at=healed_at, bound_s=RECOVERY_BOUND_S)
         self.outcome["recovery"] = {k: recovery[k] for k in ("recovered", "detail")}

@@ -40,6 +40,13 @@ class Observed:
     bounds: dict = field(default_factory=dict)   # run.json `checks`
     incarnations: Incarnations = field(default_factory=Incarnations)
 
+    @property
+    def versioned(self) -> list[dict]:
+        """The `metadata` samples read in ZooKeeper: those carry leader epochs
+        and leaderAndISR versions. Samples of a target without ZooKeeper
+        (`source` "kafka": a broker's Metadata answer) carry neither."""
+        return [s for s in self.metadata if s.get("source", "zookeeper") != "kafka"]
+
 
 def read_observations(run_dir: Path, bounds: dict | None = None) -> Observed:
     """The observations of a run directory (none: an empty Observed). A line
@@ -136,7 +143,7 @@ def epoch_regression(obs: Observed) -> list[dict]:
     out = []
     last_controller: int | None = None
     last: dict[tuple[str, int], dict] = {}
-    for s in obs.metadata:
+    for s in obs.versioned:
         ce = s.get("controller_epoch")
         if ce is not None:
             if last_controller is not None and ce < last_controller:
@@ -373,7 +380,7 @@ def below_min_isr(obs: Observed, min_isr: int) -> list[dict]:
     spans: list[dict] = []
     open_: dict[tuple[str, int], dict] = {}
     last_time = None
-    for s in obs.metadata:
+    for s in obs.versioned:
         if last_time is not None and s["time"] - last_time > MAX_SAMPLE_GAP_NS:
             open_.clear()
         last_time = s["time"]
@@ -419,17 +426,20 @@ def checked(obs: Observed, *, exact_polls: int, idempotent_producers: int,
     def need(cond: bool, why: str) -> str:
         return "checked" if cond else f"no input: {why}"
     samples = len(obs.metadata)
+    versioned = len(obs.versioned)
+    unversioned = "fewer than two ZooKeeper metadata samples" + (
+        " (Metadata answers carry no epochs or versions)" if samples > versioned else "")
     return {
         "read-uncommitted": need(exact_polls > 0, "no poll reported its fetch's log start offset"),
         "truncated-read": need(final_complete, "final reads incomplete"),
         "nonmonotonic-send": need(idempotent_producers > 0, "no idempotent producer"),
         "replica-divergence": need(bool(obs.replicas), "no replica files observed"),
         "isr-invariant": need(samples > 0, "no metadata samples"),
-        "epoch-regression": need(samples > 1, "fewer than two metadata samples"),
+        "epoch-regression": need(versioned > 1, unversioned),
         "leaderless": need(samples > 1, "fewer than two metadata samples"),
         "stale-metadata": need(bool(obs.brokers) and bool((obs.recovery or {}).get("recovered")),
                                "no broker Metadata observed after a recovery"),
-        "ack-below-min-isr": need(samples > 1, "fewer than two metadata samples"),
+        "ack-below-min-isr": need(versioned > 1, unversioned),
         "unrecovered": need(obs.recovery is not None, "no recovery observation"),
         "resurrected": need(bool(obs.incarnations), "no topic was deleted and created again"),
     }

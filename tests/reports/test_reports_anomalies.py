@@ -595,6 +595,42 @@ def check_observed_metadata(s):
     assert s["oracles"]["group-skipped"] == "no input: no consumer group in the run (no groups.jsonl)"
 
 
+def kafka_sample(time, *parts, live=(1, 2, 3)):
+    """A `metadata` observation of a target without ZooKeeper (a broker's
+    Metadata answer): parts are (topic, partition, leader, isr); no epochs."""
+    return {"kind": "metadata", "time": time, "source": "kafka", "controller": 1,
+            "live_brokers": list(live), "reassigning": {},
+            "partitions": [{"topic": t, "partition": p, "replicas": [1, 2, 3], "leader": leader,
+                            "isr": list(isr)} for t, p, leader, isr in parts]}
+
+
+@case
+def metadata_answers_of_a_target_without_zookeeper():
+    """isr-invariant and leaderless judge Metadata samples as they judge
+    ZooKeeper's; the oracles that need epochs and versions say they had none."""
+    b = HistoryBuilder()
+    send(b, 0, 1, 0, "producer-1")
+    final_read(b, 2, [(0, 1)], 1)
+    meta = workload(**{"producer-1": producer()})
+    meta["cluster"] = {"brokers": 3, "broker_config": {"min.insync.replicas": "2"}}
+    meta["observations"] = [kafka_sample(0, ("t", 0, 3, [1, 2]), ("t", 1, 2, [2]))] + [
+        kafka_sample(t * S, ("t", 0, 1, [1, 2]), ("t", 1, -1, [2])) for t in range(1, 26)] + [
+        recovery(27 * S)]
+    return b, meta
+
+
+def check_metadata_answers_of_a_target_without_zookeeper(s):
+    assert set(s["fatal"]) == {"isr-invariant", "leaderless"}
+    a = s["anomalies"]
+    assert [(x["rule"], x["leader"]) for x in a["isr-invariant"]] == [("leader not in ISR", 3)]
+    assert [(x["partition"], x["live_isr"]) for x in a["leaderless"]] == [(1, [2])]
+    why = ("no input: fewer than two ZooKeeper metadata samples (Metadata answers carry no "
+           "epochs or versions)")
+    assert s["oracles"]["epoch-regression"] == why
+    assert s["oracles"]["ack-below-min-isr"] == why
+    assert s["oracles"]["isr-invariant"] == s["oracles"]["leaderless"] == "checked"
+
+
 @case
 def other_runs_topics_are_not_stale():
     """A cluster shared by several runs: ZooKeeper holds the topic of an
