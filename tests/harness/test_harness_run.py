@@ -281,3 +281,36 @@ def test_a_bad_spec_is_refused_in_one_line(tmp_path, capsys, content, extra, mes
     assert cli("run", "--spec", str(path), *extra) == EXIT_REFUSED
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1, err
+
+
+class RefusingCluster:
+    """A cluster of no nodes whose target cannot expire ZooKeeper sessions:
+    enough for a Run to refuse before it starts anything."""
+    backend, system, has_zookeeper = "docker", "testing", False
+
+    def __init__(self):
+        from harness.backends.base import ClusterSpec
+        self.spec = ClusterSpec(brokers=0)
+
+    def refuses(self, fault, target=None):
+        return f"the testing target cannot run {fault}" if fault == "zk-expire" else None
+
+    def nodes(self):
+        return []
+
+    brokers = nodes
+
+
+def test_a_run_refuses_what_its_target_cannot_do_before_starting_it(tmp_path):
+    from faults.injectors.base import FaultError
+    from faults.nemesis import Schedule, Step
+    from harness.run import Run
+    with Run(tmp_path / "run", RefusingCluster()) as run:
+        with pytest.raises(FaultError, match="the testing target cannot run zk-expire"):
+            run.inject("zk-expire", "controller")
+        schedule = Schedule(seed=1, duration_s=5.0, quiet_s=1.0,
+                            steps=[Step(1.0, "kill", 1.0, "broker-1", {}),
+                                   Step(2.0, "zk-expire", 1.0, "controller", {})])
+        with pytest.raises(FaultError, match="cannot run zk-expire"):
+            run.start_nemesis(schedule)
+        assert not run.nemeses and not run.injected
