@@ -93,13 +93,9 @@ class RunSpec:
         """The spec `to_json` wrote (a run's run.json keeps it as `spec`):
         a replay of the whole run, settings and schedule. KeyError or
         ValueError when something is missing or wrong."""
+        from harness.backends import spec_from_json
         backend = str(d["backend"])
-        if backend == "external":
-            from harness.backends.external import ExternalSpec
-            cluster: ClusterSpec = ExternalSpec(**d["cluster"])
-        else:
-            cluster = ClusterSpec(**d["cluster"])
-        return cls(cluster=cluster, backend=backend,
+        return cls(cluster=spec_from_json(backend, d["cluster"]), backend=backend,
                    replication_factor=int(d["replication_factor"]),
                    workload=WorkloadSpec.from_json(d["workload"]),
                    schedule=Schedule.from_json(d["schedule"]), quiet_s=float(d["quiet_s"]),
@@ -483,7 +479,8 @@ def execute(spec: RunSpec, *, log: Callable[[str], None] = log_line,
     try:
         log(f"reaching the external cluster at {getattr(spec.cluster, 'bootstrap', '')}"
             if spec.backend == "external" else
-            f"starting {spec.cluster.brokers} broker(s) on the {spec.backend} backend")
+            f"starting {spec.cluster.brokers} {cluster.system} broker(s) on the "
+            f"{cluster.backend} backend")
         cluster.start()
         with Run(run_dir, cluster, seed=spec.seed, mechanism=spec.mechanism, log=log,
                  run_id=run_id) as run:

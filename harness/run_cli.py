@@ -18,7 +18,7 @@ import random
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from cluster.config import BrokerConfig, ConfigError
 from faults import injectors, recipes
@@ -115,7 +115,7 @@ def default_backend() -> str:
 
 # -- the system under test ---------------------------------------------------------------
 
-SYSTEMS = ("chaoslog", "external")
+SYSTEMS = ("chaoslog", "tansu", "external")
 
 
 def target_system(items: list[str]) -> tuple[str, list[str]]:
@@ -131,6 +131,32 @@ def target_system(items: list[str]) -> tuple[str, list[str]]:
     return (systems[0] if systems else "chaoslog"), [i for i in items if "=" in i]
 
 
+def other_target(system: str, a: argparse.Namespace) -> Any:
+    """The cluster spec of a system other than the built-in broker (tansu,
+    an external cluster), checked; None for the built-in one."""
+    if system != "external" and (a.bootstrap or a.commands):
+        raise Refused("--bootstrap and --commands go with --target external")
+    if system == "chaoslog":
+        return None
+    if a.backend:
+        raise Refused(f"--backend {a.backend}: --target {system} runs where it runs; drop "
+                      "--backend")
+    if a.broker_config:
+        raise Refused(f"--broker-config: it configures the built-in broker, not {system}'s")
+    return external_spec(a) if system == "external" else tansu_spec(a)
+
+
+def tansu_spec(a: argparse.Namespace) -> Any:
+    """tansu brokers over one PostgreSQL (docs/targets.md): they share one
+    storage and keep no replicas of their own."""
+    from harness.backends.tansu import TansuSpec
+    if a.replication_factor != 1:
+        raise Refused(f"--replication-factor {a.replication_factor}: tansu's brokers keep no "
+                      "replicas of their own (one PostgreSQL stores every record); use "
+                      "--replication-factor 1")
+    return TansuSpec(brokers=a.brokers)
+
+
 def external_spec(a: argparse.Namespace) -> Any:
     """The external cluster of --bootstrap and --commands, its brokers listed
     by its own Metadata (so that targets can be checked now)."""
@@ -138,12 +164,6 @@ def external_spec(a: argparse.Namespace) -> Any:
     from harness.backends.external import ExternalSpec, discover, load_commands
     if not a.bootstrap:
         raise Refused("--target external needs --bootstrap HOST:PORT[,HOST:PORT...]")
-    if a.backend:
-        raise Refused(f"--backend {a.backend}: an external cluster runs where it runs; drop "
-                      "--backend")
-    if a.broker_config:
-        raise Refused("--broker-config: the harness does not configure an external cluster's "
-                      "brokers")
     try:
         commands, per_node = load_commands(a.commands) if a.commands else ({}, {})
         ids = sorted(discover(a.bootstrap))
@@ -159,19 +179,41 @@ def external_spec(a: argparse.Namespace) -> Any:
     return spec
 
 
-def refuse_on_external(spec: Any, faults: list[str], replay: Schedule | None,
-                       pins: dict[str, str]) -> None:
+def refusal_of(spec: Any) -> Callable[[str, str | None], str | None]:
+    """What the target of `spec` refuses: `refuses(fault, target)`, the
+    reason or None (harness.backends.base.Cluster.refuses)."""
+    from harness.backends.external import ExternalCluster, ExternalSpec
+    from harness.backends.tansu import refusal
+    return ExternalCluster(spec).refuses if isinstance(spec, ExternalSpec) else refusal
+
+
+def allowed_roles(refuses: Callable[[str, str | None], str | None], weights: dict[str, float],
+                  replication_factor: int) -> dict[str, str]:
+    """For each drawn fault some of whose catalogue roles the target refuses
+    (tansu: every role read from Metadata), the first role it takes, pinned:
+    a drawn schedule then holds only steps the target can run."""
+    pins = {}
+    for fault in weights:
+        if fault in recipes.RECIPES:
+            continue
+        roles = injectors.roles_for(fault, brokers=3, zookeepers=0,
+                                    replication_factor=replication_factor)
+        allowed = [r for r in roles if refuses(fault, r) is None]
+        if allowed and len(allowed) < len(roles) and allowed[0] is not None:
+            pins[fault] = allowed[0]
+    return pins
+
+
+def refuse_unsupported(refuses: Callable[[str, str | None], str | None], faults: list[str],
+                       replay: Schedule | None, pins: dict[str, str]) -> None:
     """Every fault of the run (aimed at its pinned or replayed roles) the
-    external cluster can do, or Refused with the first reason."""
-    from harness.backends.external import ExternalCluster
-    cluster = ExternalCluster(spec)
+    target can do, or Refused with the target's first reason."""
     aimed = [(s.fault, s.target) for s in replay.steps] if replay is not None else []
     aimed += [(f, pins.get(f)) for f in faults]
     for fault, target in aimed:
-        why = cluster.refuses(fault, target)
+        why = refuses(fault, target)
         if why:
             raise Refused(why)
-
 
 # -- the parser --------------------------------------------------------------------------
 
@@ -222,8 +264,9 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--faults", default="",
                    help="NAME[:WEIGHT][,NAME...]: faults and recipes of the catalogue (--list-faults)")
     g.add_argument("--target", nargs="*", metavar="SYSTEM|FAULT=ROLE", default=[],
-                   help="the system under test: chaoslog (the built-in cluster, default) or "
-                        "external (with --bootstrap); and/or FAULT=ROLE to pin a fault's role")
+                   help="the system under test: chaoslog (the built-in cluster, default), "
+                        "tansu (its opt-in image, docs/targets.md) or external (with "
+                        "--bootstrap); and/or FAULT=ROLE to pin a fault's role")
     g.add_argument("--param", nargs="*", metavar="FAULT.KEY=VALUE", default=[], help="fix a fault parameter")
     g.add_argument("--seed", type=int, default=None, help="default: random (printed)")
     g.add_argument("--interval", default="5,10", help="seconds between faults: S or MIN,MAX")
@@ -336,11 +379,9 @@ def spec_from_args(a: argparse.Namespace) -> RunSpec:
             raise Refused(f"--schedule replays a schedule as it is: drop {', '.join(given)}")
         a.duration, a.quiet = replay.duration_s, replay.quiet_s
     system, pins = target_system(a.target)
-    external = external_spec(a) if system == "external" else None
-    if external is not None:
-        a.brokers, a.zookeepers = external.brokers, 0
-    elif a.bootstrap or a.commands:
-        raise Refused("--bootstrap and --commands go with --target external")
+    other = other_target(system, a)     # the spec of a system other than the built-in one
+    if other is not None:
+        a.brokers, a.zookeepers = other.brokers, 0
     if a.brokers < 1:
         raise Refused(f"--brokers {a.brokers}: at least 1")
     if a.partitions < 1:
@@ -371,7 +412,7 @@ def spec_from_args(a: argparse.Namespace) -> RunSpec:
                    else parse_weights([f for f in a.faults.split(",") if f.strip()]))
     except FaultError as e:
         raise Refused(str(e)) from None
-    backend = "external" if external else (a.backend or default_backend())
+    backend = system if other else (a.backend or default_backend())
     used = sorted(recipes.faults_of(weights))   # the recipes' faults too
     # Links through the proxy when a fault needs them: link toxics on any
     # backend; partitions on the local backend (docker cuts them with iptables).
@@ -379,17 +420,19 @@ def spec_from_args(a: argparse.Namespace) -> RunSpec:
     needs_net = any("net" in injectors.kind(f).needs for f in used)
     proxied = needs_link or a.mechanism == "proxy" or (
         needs_net and backend == "local" and a.mechanism != "iptables")
-    if external is not None:
-        refuse_on_external(external, used, replay, kv_list(pins, "--target"))
-    for f in used if external is None else ():
+    targets = kv_list(pins, "--target")
+    if other is not None:
+        refuses = refusal_of(other)
+        targets = {**allowed_roles(refuses, weights, a.replication_factor), **targets}
+        refuse_unsupported(refuses, used, replay, targets)
+    for f in used if other is None else ():
         why = injectors.unsupported(f, backend=backend, proxied=proxied, zookeepers=a.zookeepers)
         if why:
             raise Refused(f"{why} (backend {backend})")
     if a.mechanism == "iptables" and backend != "docker" and any(
             injectors.kind(f).family == "partition" for f in used):
         raise Refused("--mechanism iptables needs the docker backend")
-    targets = kv_list(pins, "--target")
-    cluster = external or ClusterSpec(brokers=a.brokers, zookeepers=a.zookeepers,
+    cluster = other or ClusterSpec(brokers=a.brokers, zookeepers=a.zookeepers,
                                       broker_config=dict(broker_config), proxied=proxied)
     for step in replay.steps if replay is not None else ():
         if step.target:

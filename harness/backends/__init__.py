@@ -1,6 +1,6 @@
 """Backends: where a cluster's nodes run. `make_cluster` picks one (docker,
-local, or external: a cluster the harness did not start, reached through its
-bootstrap addresses); `attach` finds a cluster that `chaoslog cluster up`
+local; tansu, the second broker, in docker; external: a cluster the harness
+did not start, reached through its bootstrap addresses); `attach` finds a cluster that `chaoslog cluster up`
 brought up in another process."""
 from __future__ import annotations
 
@@ -33,7 +33,25 @@ def make_cluster(spec: ClusterSpec, backend: str | None = None, persistent: bool
             raise ClusterError("an external cluster needs its bootstrap addresses "
                                "(chaoslog run --target external --bootstrap HOST:PORT,...)")
         return ExternalCluster(spec)
+    if backend == "tansu":
+        from harness.backends.tansu import TansuCluster, TansuSpec
+        if not isinstance(spec, TansuSpec):
+            raise ClusterError("a tansu cluster is made from a TansuSpec (chaoslog run "
+                               "--target tansu)")
+        return TansuCluster(spec)
     raise ClusterError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+
+
+def spec_from_json(backend: str, d: dict) -> ClusterSpec:
+    """The cluster spec a run's spec keeps (RunSpec.to_json), of the class
+    its backend takes. TypeError or ClusterError when it does not fit."""
+    if backend == "external":
+        from harness.backends.external import ExternalSpec
+        return ExternalSpec(**d)
+    if backend == "tansu":
+        from harness.backends.tansu import TansuSpec
+        return TansuSpec(**d)
+    return ClusterSpec(**d)
 
 
 def registered(name: str) -> dict | None:

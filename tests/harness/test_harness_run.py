@@ -314,3 +314,25 @@ def test_a_run_refuses_what_its_target_cannot_do_before_starting_it(tmp_path):
         with pytest.raises(FaultError, match="cannot run zk-expire"):
             run.start_nemesis(schedule)
         assert not run.nemeses and not run.injected
+
+
+def test_a_tansu_run_draws_only_what_tansu_can_do(capsys):
+    """--target tansu: roles tansu cannot resolve are replaced by one it
+    can (random), faults it cannot run are refused with its reason."""
+    assert cli("run", "--target", "tansu", "--replication-factor", "1", "--faults",
+               "kill,pause,partition-isolate", "--duration", "120", "--seed", "1",
+               "--print-schedule", "--json") == EXIT_VALID
+    steps = json.loads(capsys.readouterr().out)["steps"]
+    assert {s["fault"] for s in steps} == {"kill", "pause", "partition-isolate"}
+    assert {s["target"] for s in steps} == {"random"}
+    for argv, message in [
+        (["--faults", "zk-expire"], "the tansu target cannot run zk-expire: tansu has no ZooKeeper"),
+        (["--faults", "kill", "--target", "tansu", "kill=leader"], "'leader': tansu's Metadata"),
+        (["--faults", "kill", "--backend", "local"], "drop --backend"),
+        (["--broker-config", "min.insync.replicas=2"], "configures the built-in broker"),
+    ]:
+        base = ["run", "--target", "tansu", "--replication-factor", "1", "--print-schedule"]
+        assert cli(*base, *argv) == EXIT_REFUSED
+        assert message in capsys.readouterr().err, argv
+    assert cli("run", "--target", "tansu", "--print-schedule") == EXIT_REFUSED
+    assert "use --replication-factor 1" in capsys.readouterr().err

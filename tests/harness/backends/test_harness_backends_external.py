@@ -103,7 +103,7 @@ def test_external_settings_are_refused_in_one_line(capsys):
     for argv, message in [
         (["--target", "external"], "--target external needs --bootstrap"),
         (["--bootstrap", "127.0.0.1:9092"], "--bootstrap and --commands go with --target external"),
-        (["--target", "kafka"], "a system is one of chaoslog, external"),
+        (["--target", "kafka"], "a system is one of chaoslog, tansu, external"),
         (["--target", "external", "--bootstrap", "127.0.0.1:1"],
          "no bootstrap address answers a Kafka Metadata request"),
         (["--target", "external", "--bootstrap", "127.0.0.1:1", "--backend", "local"],
