@@ -424,6 +424,8 @@ class Run:
         self.outcome["injected"] = [i.describe() for i in self.injected]
         if self.workload is not None:
             self.meta["workload"]["clients"] = dict(self.workload.clients)
+            if self.workload.replaced:
+                self.outcome["replaced_clients"] = dict(self.workload.replaced)
         self.outcome["ops"] = {f"{f}:{t}": n for (f, t), n in sorted(self.stats.counts.items())}
         self.outcome["errors"] = dict(self.stats.errors)
         try:

@@ -62,12 +62,19 @@ def _poll_ok(records: list[list[int]], hw: int | None) -> tuple[str, dict[str, A
     return "ok", {"records": records, "high_watermark": hw}
 
 
+# A producer worker's exit status after a fatal client error: the harness
+# starts a new instance in its place (harness/workload/runner.py).
+EXIT_FATAL = 3
+
+
 # -- confluent-kafka -------------------------------------------------------------------
 
 class ConfluentProducer:
     def __init__(self, bootstrap: str, s: ProducerSettings, client_id: str):
         from confluent_kafka import Producer
         self.s = s
+        # librdkafka's fatal error, once one came: the instance sends nothing more.
+        self.fatal: str | None = None
         self.p = Producer({
             "bootstrap.servers": bootstrap, "client.id": client_id,
             "acks": s.acks, "retries": s.retries, "enable.idempotence": s.idempotent,
@@ -84,6 +91,7 @@ class ConfluentProducer:
             if err is None:
                 done(*_acks_done(self.s.acks, msg.offset()))
             else:
+                self._note_fatal(err)
                 t, name = classify_send(err.name(), single_attempt=False)
                 done(t, {"error": name})
 
@@ -92,11 +100,22 @@ class ConfluentProducer:
         except BufferError:
             done("fail", {"error": "_QUEUE_FULL"})
         except KafkaException as e:
+            self._note_fatal(e.args[0])
             t, name = classify_send(e.args[0].name(), single_attempt=False, never_sent=True)
             done(t, {"error": name})
 
+    def _note_fatal(self, err: Any) -> None:
+        if self.fatal is None and err.fatal():
+            self.fatal = f"{err.name()}: {err.str()}"
+
     def poll(self, timeout: float) -> None:
-        self.p.poll(timeout)
+        from confluent_kafka import KafkaException
+        try:
+            self.p.poll(timeout)
+        except KafkaException as e:   # a fatal error is raised here once (no error_cb)
+            if not e.args[0].fatal():
+                raise
+            self._note_fatal(e.args[0])
 
     def close(self, timeout: float) -> int:
         """Flush what is in flight (callbacks fire); returns messages left."""
@@ -169,6 +188,8 @@ class ConfluentConsumer:
 # -- kafka-python ----------------------------------------------------------------------
 
 class KafkaPythonProducer:
+    fatal: str | None = None       # no fatal errors of its own
+
     def __init__(self, bootstrap: str, s: ProducerSettings, client_id: str):
         from kafka import KafkaProducer
         self.s = s
@@ -282,6 +303,7 @@ class AiokafkaProducer:
     aiokafka has no retries setting: it retries a batch until its
     request_timeout_ms (given the delivery timeout here) is spent, and sends
     one batch per partition at a time, so its state refusals are `info`."""
+    fatal: str | None = None       # no fatal errors of its own
 
     def __init__(self, bootstrap: str, s: ProducerSettings, client_id: str):
         from aiokafka import AIOKafkaProducer

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
 from cluster.deadline import Deadline
-from harness.workload.clients import CLIENTS, ProducerSettings
+from harness.workload.clients import CLIENTS, EXIT_FATAL, ProducerSettings
 from harness.workload.group import COMMIT_MODES, GROUP_CLIENTS, SUB_VIA
 
 WORKER_MODULE = "harness.workload.worker"
@@ -111,17 +111,20 @@ class _Stream:
 
     def __init__(self, wid: int, client: str, handle: WorkerHandle, recorder: Any,
                  log: Callable[[str], None],
-                 on_status: Callable[[dict[str, Any]], None] | None = None):
+                 on_status: Callable[[dict[str, Any]], None] | None = None,
+                 on_exit: Callable[["_Stream", int | None], None] | None = None,
+                 respawn: tuple[Any, ...] = ()):
         self.wid = wid
         self.client = client
         self.handle = handle
         self.recorder = recorder
         self.log = log
         self.on_status = on_status
+        self.on_exit = on_exit
         self.open: dict[tuple[int, int], int] = {}   # (slot, seq) -> op
         self.open_commits: dict[int, dict[str, Any]] = {}  # commit ref -> its invoke
         # (kind, role, client, argv, settings): how to start it again (crash-clients)
-        self.respawn: tuple[Any, ...] = ()
+        self.respawn = respawn
         self.thread = threading.Thread(target=self._run, name=f"read-{handle.name}", daemon=True)
         self.thread.start()
 
@@ -141,6 +144,8 @@ class _Stream:
             self.recorder.group_event(member=self.client, kind="commit", type="info",
                                       commit=ref, group=inv.get("group"), error="worker-exited")
         self.open_commits.clear()
+        if self.on_exit is not None:
+            self.on_exit(self, self.handle.wait(10))
 
     def _line(self, line: str) -> None:
         line = line.strip()
@@ -212,6 +217,8 @@ class Workload:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._crasher: threading.Thread | None = None
+        # Producers replaced after a fatal client error: old instance -> new.
+        self.replaced: dict[str, str] = {}
 
     @property
     def group(self) -> str:
@@ -234,8 +241,9 @@ class Workload:
         name = f"{kind}-{wid}"
         handle = self.launch(name, [role, "--bootstrap", self.bootstrap, "--client", client,
                                     "--worker-id", str(wid), *argv])
-        s = _Stream(wid, name, handle, self.recorder, self.log, on_status)
-        s.respawn = (kind, role, client, argv, settings)
+        s = _Stream(wid, name, handle, self.recorder, self.log, on_status,
+                    on_exit=self._replace_if_fatal if role == "producer" else None,
+                    respawn=(kind, role, client, argv, settings))
         with self._lock:
             self.streams.append(s)
             if settings is not None:
@@ -280,6 +288,20 @@ class Workload:
                                              daemon=True)
             self._crasher.start()
         return self
+
+    def _replace_if_fatal(self, stream: _Stream, code: int | None) -> None:
+        """A producer that stopped at an error its client cannot recover from
+        (librdkafka's fatal errors: its idempotent producer's state is gone)
+        is replaced by a new instance, as an application restarts its
+        producer; `replaced` keeps who replaced whom."""
+        if code != EXIT_FATAL or self._stopping.is_set():
+            return
+        new = self._spawn(*stream.respawn)
+        self.log(f"{stream.client} stopped at a fatal client error; {new.client} replaces it")
+        with self._lock:
+            self.replaced[stream.client] = new.client
+        if self._stopping.is_set():          # stop() began meanwhile: it did not see `new`
+            new.handle.terminate()
 
     def _crash_loop(self) -> None:
         import random

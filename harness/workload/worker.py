@@ -32,7 +32,7 @@ import time
 from typing import Any
 
 from cluster.deadline import Deadline, wait_until
-from harness.workload.clients import ProducerSettings, make_consumer, make_producer
+from harness.workload.clients import EXIT_FATAL, ProducerSettings, make_consumer, make_producer
 from harness.workload.group import COMMIT_MODES
 
 VALUE_STRIDE = 10**9
@@ -153,6 +153,9 @@ def run_producer(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
                      partition=partition, value=value)
             producer.send(topic, partition, value, completer(slot, seq))
         producer.poll(min(0.05, limiter.wait_s()) if len(busy) < a.slots else 0.05)
+        if producer.fatal:
+            out.log(f"the producer stopped at a fatal error ({producer.fatal})")
+            break
     # drain: let in-flight sends finish, then whatever is left is unknown
     deadline = Deadline(a.drain_s)
     while busy and not deadline.expired():
@@ -165,7 +168,7 @@ def run_producer(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
         producer.close(1.0)
     except Exception as e:  # noqa: BLE001
         out.log(f"closing the producer: {e!r}")
-    return 0
+    return EXIT_FATAL if producer.fatal else 0
 
 
 # -- consumers -------------------------------------------------------------------------

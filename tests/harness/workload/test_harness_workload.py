@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from cluster.deadline import wait_until
 from harness.history import HistoryRecorder, read_history
 from harness.workload.clients import ProducerSettings, _acks_done, _poll_ok
 from harness.workload.errors import canonical, classify_send, kafka_python_name
@@ -316,3 +317,51 @@ def test_auto_commits_cover_only_reported_records(monkeypatch):
     c.conf["on_commit"](None, [TopicPartition("t", 0, -1001)])   # nothing to commit: no line
     commits = [f for t, f in lines if t == "group" and f["kind"] == "commit"]
     assert [(x["outcome"], x["auto"]) for x in commits] == [("invoke", True), ("ok", True)]
+
+
+# -- a producer that stopped at a fatal client error -------------------------------------------
+
+class ExitingHandle(FakeHandle):
+    """A worker that prints nothing and exits with `code`."""
+
+    def __init__(self, name, code):
+        super().__init__([])
+        self.name, self.code = name, code
+        self.terminated = False
+
+    def wait(self, timeout):
+        return self.code
+
+    def terminate(self):
+        self.terminated = True
+
+
+def test_a_producer_stopped_by_a_fatal_client_error_is_replaced_once(tmp_path):
+    """librdkafka's idempotent producer stops for good at UNKNOWN_PRODUCER_ID
+    (a topic deleted and created again): its worker exits EXIT_FATAL and a new
+    instance takes its place, as an application would restart it. Other
+    exits, and any exit once the workload stops, start nothing."""
+    from harness.workload import Workload
+    from harness.workload.clients import EXIT_FATAL
+    rec = HistoryRecorder(tmp_path / "h.jsonl")
+    codes = iter([EXIT_FATAL, 0])
+    launched = []
+
+    def launch(name, argv):
+        launched.append((name, argv))
+        return ExitingHandle(name, next(codes))
+
+    w = Workload(rec, "127.0.0.1:9", WorkloadSpec({"t": 1}, producers=1, consumers=0),
+                 launcher=launch)
+    w.start()
+    wait_until(lambda: len(launched) == 2 and all(not s.thread.is_alive() for s in w.streams), 5)
+    assert [n for n, _ in launched] == ["producer-1", "producer-2"]
+    # The same producer again: the same settings, a new worker id.
+    (old, new) = (argv for _, argv in launched)
+    assert [a for a, b in zip(old, new) if a != b] == ["1"] and old[0] == "producer"
+    assert w.replaced == {"producer-1": "producer-2"}            # the second exit (0) is final
+    assert set(w.clients) == {"producer-1", "producer-2"}
+    w._stopping.set()
+    w._replace_if_fatal(w.streams[0], EXIT_FATAL)
+    assert len(launched) == 2
+    rec.close()
