@@ -254,7 +254,7 @@ class Cluster(abc.ABC):
         return [n for n in self.nodes() if n.kind == BROKER]
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.spec.name, "backend": self.backend,
+        return {"name": self.spec.name, "backend": self.backend, "system": self.system,
                 "bootstrap_servers": self.bootstrap_servers,
                 "zookeeper": self.zookeeper_connect,
                 "nodes": {n.name: n.to_json() for n in self.nodes()}}

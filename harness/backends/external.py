@@ -268,7 +268,7 @@ class ExternalCluster(Cluster):
         return ""
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "system": SYSTEM, "bootstrap": self.spec.bootstrap}
+        return {**super().describe(), "bootstrap": self.spec.bootstrap}
 
     # --- commands --------------------------------------------------------
     def _template(self, name: str, action: str) -> str | None:

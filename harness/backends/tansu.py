@@ -271,7 +271,7 @@ class TansuCluster(DockerCluster):
         return ""
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "system": SYSTEM, "image": self.image}
+        return {**super().describe(), "image": self.image}
 
     def save(self) -> None:
         """Not kept for `chaoslog cluster` in other processes (attach() knows
