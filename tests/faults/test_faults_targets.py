@@ -73,3 +73,35 @@ def test_no_offsets_topic_or_no_leader_is_a_role_nobody_holds():
     r = resolver(leaders={8: zkpaths.NO_LEADER})
     with pytest.raises(TargetError, match="no leader"):
         r.resolve("coordinator:" + "a" * 20)
+
+
+# -- a target without ZooKeeper: roles from the brokers' Metadata ----------------------------
+
+def metadata_cluster(leader: int, isr: list[int], controller: int | None = 2):
+    """A cluster without ZooKeeper whose Metadata says t/0 is led by `leader`
+    with `isr` of replicas [1, 2, 3]; broker 3 coordinates every group."""
+    md = SimpleNamespace(brokers={1: ("h", 1), 2: ("h", 2), 3: ("h", 3)}, controller=controller,
+                         partitions={("t", 0): SimpleNamespace(leader=leader, isr=isr,
+                                                               replicas=[1, 2, 3], error=0)})
+    return SimpleNamespace(
+        has_zookeeper=False, kafka_metadata=lambda topics=None: md,
+        group_coordinator=lambda group: 3,
+        spec=SimpleNamespace(node_names=lambda: ["broker-1", "broker-2", "broker-3"]))
+
+
+def test_roles_come_from_metadata_where_there_is_no_zookeeper():
+    r = Resolver(metadata_cluster(leader=1, isr=[1, 3]), None, random.Random(0), ("t", 0))
+    assert r.resolve("leader") == ["broker-1"]
+    assert r.resolve("follower") == ["broker-3"]
+    assert r.resolve("out-of-isr") == ["broker-2"]
+    assert r.resolve("controller") == ["broker-2"]
+    assert r.resolve("coordinator:g") == ["broker-3"]
+    assert r.resolve("live") in (["broker-1"], ["broker-2"], ["broker-3"])
+    with pytest.raises(TargetError, match="no partition t/7"):
+        r.resolve("leader:t/7")
+    leaderless = Resolver(metadata_cluster(leader=-1, isr=[2], controller=None), None,
+                          random.Random(0), ("t", 0))
+    with pytest.raises(TargetError, match="t/0 has no leader right now"):
+        leaderless.resolve("leader")
+    with pytest.raises(TargetError, match="names no controller"):
+        leaderless.resolve("controller")
