@@ -366,6 +366,16 @@ def _instances(s: dict, ctx: dict | None) -> str:
     return "".join(out) or "<p>No anomalies.</p>"
 
 
+def _system(cluster: dict) -> str:
+    """Which system ran, and its size: "tansu, 3 brokers" (run.json `cluster`;
+    older runs name no system: the built-in broker)."""
+    if not cluster:
+        return ""
+    n = cluster.get("brokers")
+    size = f", {n} broker{'s' if n != 1 else ''}" if isinstance(n, int) else ""
+    return f"{cluster.get('system') or 'chaoslog'}{size}"
+
+
 def render(summary: dict, run_json: dict, ctx: dict | None = None) -> str:
     s = summary
     verdict = s["verdict"]
@@ -373,6 +383,7 @@ def render(summary: dict, run_json: dict, ctx: dict | None = None) -> str:
         f"run {s['run']}",
         f"seed {run_json.get('seed')}" if run_json.get("seed") is not None else "",
         str(run_json.get("started_at") or ""),
+        _system(run_json.get("cluster") or {}),
         f"faults: {', '.join(map(str, run_json.get('faults') or [])) or 'none'}",
         f"checker: {s['checker']}",
     ) if x)

@@ -166,3 +166,10 @@ def test_the_spark_checker_keeps_the_jvm_quiet(runs, tmp_path):
     assert r.returncode == 0, r.stderr
     for noise in ("log4j", "WARN", "WARNING: Using incubator modules", "UserWarning"):
         assert noise not in r.stderr + r.stdout, (noise, r.stderr)
+
+
+def test_the_report_names_the_system_that_ran():
+    from reports.report import _system
+    assert _system({"system": "tansu", "brokers": 3}) == "tansu, 3 brokers"
+    assert _system({"brokers": 1}) == "chaoslog, 1 broker"      # older runs name none
+    assert _system({}) == ""
