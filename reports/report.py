@@ -32,7 +32,8 @@ DESCRIPTIONS = {
     "nonmonotonic-send": "an idempotent producer's writes landed out of the order it sent them",
     "ack-below-min-isr": "an acks=all write acknowledged while the ISR was below min.insync.replicas",
     "replica-divergence": "a replica's committed records differ from the leader's",
-    "isr-invariant": "ZooKeeper showed a leader outside its ISR, or an ISR outside the replicas",
+    "isr-invariant": ("the cluster's metadata showed a leader outside its ISR, or an ISR "
+                      "outside the replicas"),
     "epoch-regression": "a controller or leader epoch went back, or a leader changed without a new epoch",
     "leaderless": "a partition stayed without a live leader while an in-sync replica was alive",
     "stale-metadata": "after recovery a broker served other leaders or ISRs than ZooKeeper",
@@ -137,9 +138,17 @@ def _anomaly_table(s: dict) -> str:
     for k in ANOMALY_TYPES:
         n = s["anomaly_counts"][k]
         fatal = k in s["fatal_types"]
-        status = "none" if n == 0 else ("FATAL" if fatal else "reported, not fatal")
+        # An oracle without input found nothing because it could not look.
+        unchecked = (s.get("oracles") or {}).get(k, "checked").removeprefix("no input: ")
+        meaning = DESCRIPTIONS[k]
+        if n:
+            status = "FATAL" if fatal else "reported, not fatal"
+        elif unchecked != "checked":
+            status, meaning = "not checked", f"{meaning} (no input: {unchecked})"
+        else:
+            status = "none"
         cls = "bad" if n and fatal else ("warn" if n else None)
-        rows.append(((k, n, status, in_windows[k], DESCRIPTIONS[k]), cls))
+        rows.append(((k, n, status, in_windows[k], meaning), cls))
     return _table(["anomaly", "count", "status", "in fault windows", "meaning"], rows,
                   num={"count", "in fault windows"})
 

@@ -93,6 +93,10 @@ def test_outputs_default_to_the_run_directory(tmp_path):
     d = write_run(tmp_path / "r", b.events, run_json(run="r"))
     [v] = analyze([d], checker="reference")
     assert v.summary_path == d / "summary.json" and (d / "report.html").exists() and (d / "junit.xml").exists()
+    # An oracle that had no input is "not checked", with why, never "none".
+    html = (d / "report.html").read_text()
+    assert "<td>not checked</td>" in html and "(no input: no replica files observed)" in html
+    assert '<td>lost</td><td class="n">0</td><td>none</td>' in html
 
 
 @pytest.mark.parametrize("name, code", [("valid", 0), ("invalid", 1), ("unknown", 2), ("error", 3)])
