@@ -1,9 +1,13 @@
-"""The one Cluster interface that both backends (docker, local) implement.
+"""The one Cluster interface every target implements: the built-in broker on
+the docker and local backends, tansu, an external cluster (docs/targets.md).
 
-A cluster is ZooKeeper (one node or a three-node ensemble) plus N brokers.
-Nodes are named `zk-1`.. and `broker-1`..; broker `broker-N` has broker.id N.
-The harness knows a broker only as "a process with a config file, listening
-on a port, registering in ZooKeeper": it never reaches into broker internals.
+The built-in cluster is ZooKeeper (one node or a three-node ensemble) plus N
+brokers. Nodes are named `zk-1`.. and `broker-1`..; broker `broker-N` has
+broker.id N. The harness knows a broker only as "a process with a config
+file, listening on a port, registering in ZooKeeper": it never reaches into
+broker internals. A target without a ZooKeeper the harness reads is known
+through the Kafka protocol alone (`kafka_metadata`, `broker_live`), and says
+which faults it cannot run (`refuses`).
 """
 from __future__ import annotations
 
