@@ -94,7 +94,8 @@ def reap_docker(client=None) -> list[str]:
 
 
 def reap_local() -> list[str]:
-    """Kill local-backend processes whose cluster's owner process is gone."""
+    """Kill local processes (a local-backend cluster's, an external
+    cluster's proxy) whose cluster's owner process is gone."""
     import json
     from harness.backends.process import LocalProcess
     removed = []
@@ -103,7 +104,8 @@ def reap_local() -> list[str]:
             state = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if state.get("backend") != "local" or state.get("persistent"):
+        # local clusters, and the proxy of an external cluster's clients
+        if state.get("backend") not in ("local", "external") or state.get("persistent"):
             continue
         owner = state.get("owner")
         if owner and owner_alive(owner):

@@ -483,7 +483,11 @@ def execute(spec: RunSpec, *, log: Callable[[str], None] = log_line,
             if spec.backend == "external" else
             f"starting {spec.cluster.brokers} {cluster.system} broker(s) on the "
             f"{cluster.backend} backend")
-        cluster.start()
+        try:
+            cluster.start()
+        except ClusterError as e:   # says what is wrong and what to do: no traceback
+            log(f"error: {e}")
+            return RunResult(run_dir, EXIT_REFUSED, outcome={"error": str(e)})
         with Run(run_dir, cluster, seed=spec.seed, mechanism=spec.mechanism, log=log,
                  run_id=run_id) as run:
             run.meta["spec"] = spec.to_json()

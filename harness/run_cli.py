@@ -160,22 +160,26 @@ def tansu_spec(a: argparse.Namespace) -> Any:
 def external_spec(a: argparse.Namespace) -> Any:
     """The external cluster of --bootstrap and --commands, its brokers listed
     by its own Metadata (so that targets can be checked now)."""
-    from harness.backends.base import ClusterError
+    from harness.backends.base import ClusterError, broker_id_of
     from harness.backends.external import ExternalSpec, discover, load_commands
     if not a.bootstrap:
         raise Refused("--target external needs --bootstrap HOST:PORT[,HOST:PORT...]")
     try:
-        commands, per_node = load_commands(a.commands) if a.commands else ({}, {})
-        ids = sorted(discover(a.bootstrap))
+        commands, per_node, proxies = load_commands(a.commands) if a.commands else ({}, {}, {})
+        # With the proxy in front of every broker, the command file names them
+        # (the cluster may answer only once the proxy is up, at the run's start).
+        ids = sorted(broker_id_of(n) for n in proxies) if proxies else sorted(discover(a.bootstrap))
         spec = ExternalSpec(bootstrap=a.bootstrap, commands=commands, node_commands=per_node,
-                            broker_ids=ids, brokers=len(ids))
+                            broker_ids=ids, brokers=len(ids), proxies=proxies,
+                            proxied=bool(proxies))
+        for table, nodes in (("nodes", per_node), ("proxy", proxies)):
+            unknown = sorted(set(nodes) - set(spec.node_names()))
+            if unknown:
+                raise ClusterError(f"--commands {a.commands}: [{table}.{unknown[0]}] is not a "
+                                   f"broker of the cluster ({', '.join(spec.node_names())})")
         spec.validate()
     except ClusterError as e:
         raise Refused(str(e)) from None
-    unknown = sorted(set(per_node) - set(spec.node_names()))
-    if unknown:
-        raise Refused(f"--commands {a.commands}: [nodes.{unknown[0]}] is not a broker of the "
-                      f"cluster ({', '.join(spec.node_names())})")
     return spec
 
 

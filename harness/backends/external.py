@@ -15,16 +15,28 @@ client does:
 - topics are created with the Kafka AdminClient, like every run's.
 
 It starts and removes nothing of the cluster: `destroy()` ends the
-workload's processes only. What needs control it was not given is refused
-before a run starts (`refuses`), never skipped: a process fault whose
-command is missing, network and link faults (the harness cannot reach the
-nodes' network), disk faults (nor their files), ZooKeeper faults and the
-admin operations that write ZooKeeper.
+workload's processes (and the proxy below) only. What needs control it was
+not given is refused before a run starts (`refuses`), never skipped: a
+process fault whose command is missing, network faults other than those on
+the clients' links, disk faults (the harness cannot reach the nodes' files),
+ZooKeeper faults and the admin operations that write ZooKeeper.
+
+The clients' links: with a `[proxy.broker-N]` table for every broker in the
+command file (`listen`: the address broker N advertises; `upstream`: where
+it really listens), the harness runs the Toxiproxy-compatible proxy
+(faults/proxy) on this machine between the clients and the brokers, so that
+`partition-clients` and the link faults (latency, bandwidth, slicer,
+reset-peer, link-timeout) act on the clients' connections. The brokers must
+advertise the `listen` addresses: clients follow what Metadata says.
 """
 from __future__ import annotations
 
+import json
 import shlex
+import shutil
 import subprocess
+import sys
+import tempfile
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +45,8 @@ from typing import Any
 from cluster.deadline import wait_until
 from harness.backends.base import (BROKER, PAUSED, RUNNING, STOPPED, Cluster, ClusterError,
                                    ClusterSpec, NodeInfo, broker_id_of)
+from harness.backends.links import Link, LinkTable
+from harness.backends.process import LocalProcess
 from harness.backends.worker import LocalWorker
 
 SYSTEM = "external"
@@ -48,12 +62,16 @@ REGISTER_TIMEOUT_S = 90.0
 REFUSED_FAMILIES = {
     "zookeeper": "the harness reaches no ZooKeeper of an external cluster",
     "disk": "the harness cannot reach the brokers' log files",
-    "partition": ("the harness cannot cut the network of nodes it did not start (no iptables "
-                  "in their namespace, no proxy on their links)"),
-    "link": "the harness cannot put the proxy on the links of nodes it did not start",
+    "partition": ("the harness cannot cut the links between nodes it did not start (no "
+                  "iptables in their namespace, no proxy between them)"),
+    "link": ("the command file has no [proxy.broker-N] tables, so the clients' links do not "
+             "go through the harness's proxy"),
     "admin": ("the injectors act through the built-in cluster's ZooKeeper layout "
               "(faults/injectors/admin.py)"),
 }
+# With the proxy on the clients' links: the faults that act on those links.
+ON_CLIENT_LINKS = ("partition-clients", "latency", "bandwidth", "slicer", "reset-peer",
+                   "link-timeout")
 ZOOKEEPER_ROLES = ("zk-leader", "zk-follower", "zk-random", "zk-all")
 
 
@@ -67,6 +85,8 @@ class ExternalSpec(ClusterSpec):
     commands: dict[str, str] = field(default_factory=dict)             # action -> template
     node_commands: dict[str, dict[str, str]] = field(default_factory=dict)  # node -> overrides
     broker_ids: list[int] = field(default_factory=list)
+    # node -> {"listen": advertised HOST:PORT, "upstream": real HOST:PORT}; `proxied` when set
+    proxies: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def validate(self) -> None:
         addresses(self.bootstrap)
@@ -76,8 +96,11 @@ class ExternalSpec(ClusterSpec):
         if self.broker_config:
             raise ClusterError("the harness does not configure an external cluster's brokers "
                                f"({', '.join(sorted(self.broker_config))})")
-        if self.proxied:
-            raise ClusterError("the external target has no proxied links")
+        if self.proxied != bool(self.proxies):
+            raise ClusterError("an external cluster is proxied exactly when its command file "
+                               "has [proxy.broker-N] tables")
+        check_proxies(self.proxies, self.node_names() if self.broker_ids else None,
+                      "the command file")
         check_commands(self.commands, "the command file")
         for node, cmds in self.node_commands.items():
             check_commands(cmds, f"the command file's [nodes.{node}]")
@@ -115,10 +138,35 @@ def check_commands(commands: dict[str, Any], where: str) -> None:
                                f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)} ({e})") from None
 
 
-def load_commands(path: str | Path) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
-    """A command file (TOML): top-level ACTION = "shell command" entries, and
-    `[nodes.broker-N]` tables overriding them for one node. ClusterError
-    naming the file and what is wrong."""
+def check_proxies(proxies: dict[str, Any], brokers: list[str] | None, where: str) -> None:
+    """[proxy.broker-N] tables: `listen` and `upstream` addresses, for every
+    broker (`brokers`, when known) or for none."""
+    for node, p in proxies.items():
+        if not node.startswith("broker-") or not node[7:].isdigit():
+            raise ClusterError(f"{where}: [proxy.{node}]: nodes are named broker-N")
+        if not isinstance(p, dict) or set(p) != {"listen", "upstream"}:
+            raise ClusterError(f"{where}: [proxy.{node}] needs listen = \"HOST:PORT\" (what "
+                               "the broker advertises) and upstream = \"HOST:PORT\" (where it "
+                               "listens), nothing else")
+        for key in ("listen", "upstream"):
+            try:
+                addresses(str(p[key]))
+            except ClusterError:
+                raise ClusterError(f"{where}: [proxy.{node}] {key} = {p[key]!r}: expected "
+                                   "HOST:PORT") from None
+    missing = sorted(set(brokers or ()) - set(proxies)) if proxies else []
+    if missing:
+        raise ClusterError(f"{where}: no [proxy.{missing[0]}]: the proxy goes in front of every "
+                           "broker or of none")
+
+
+def load_commands(path: str | Path) -> tuple[dict[str, str], dict[str, dict[str, str]],
+                                             dict[str, dict[str, str]]]:
+    """A command file (TOML): top-level ACTION = "shell command" entries,
+    `[nodes.broker-N]` tables overriding them for one node, and
+    `[proxy.broker-N]` tables placing the proxy in front of broker N.
+    Returns (commands, per-node commands, proxies); ClusterError naming the
+    file and what is wrong."""
     p = Path(path)
     try:
         data = tomllib.loads(p.read_text())
@@ -127,14 +175,20 @@ def load_commands(path: str | Path) -> tuple[dict[str, str], dict[str, dict[str,
     except tomllib.TOMLDecodeError as e:
         raise ClusterError(f"command file {p}: not TOML ({e})") from None
     nodes = data.pop("nodes", {})
+    proxies = data.pop("proxy", {})
     if not isinstance(nodes, dict) or not all(isinstance(v, dict) for v in nodes.values()):
         raise ClusterError(f"command file {p}: [nodes.broker-N] must be tables of commands")
+    if not isinstance(proxies, dict):
+        raise ClusterError(f"command file {p}: [proxy.broker-N] must be tables of addresses")
     check_commands(data, f"command file {p}")
     for node, cmds in nodes.items():
         if not node.startswith("broker-") or not node[7:].isdigit():
             raise ClusterError(f"command file {p}: [nodes.{node}]: nodes are named broker-N")
         check_commands(cmds, f"command file {p} [nodes.{node}]")
-    return dict(data), {k: dict(v) for k, v in nodes.items()}
+    check_proxies(proxies, None, f"command file {p}")
+    return (dict(data), {k: dict(v) for k, v in nodes.items()},
+            {k: {"listen": str(v["listen"]), "upstream": str(v["upstream"])}
+             for k, v in proxies.items()})
 
 
 def discover(bootstrap: str, timeout: float = METADATA_TIMEOUT_S) -> dict[int, tuple[str, int]]:
@@ -172,19 +226,30 @@ class ExternalCluster(Cluster):
 
     def __init__(self, spec: ExternalSpec):
         if not spec.broker_ids:
-            spec.broker_ids = sorted(discover(spec.bootstrap))
+            # With the proxy in front of every broker, the command file names
+            # them all; a cluster that reaches itself through the proxy does
+            # not answer Metadata before the proxy is up.
+            spec.broker_ids = (sorted(broker_id_of(n) for n in spec.proxies) if spec.proxies
+                               else sorted(discover(spec.bootstrap)))
         spec.brokers = len(spec.broker_ids)
         super().__init__(spec)
         self.spec: ExternalSpec = spec
         self.advertised: dict[str, tuple[str, int]] = {}
         self.states = {name: RUNNING for name in spec.node_names()}
         self.workers: list[LocalWorker] = []
+        # The proxy on the clients' links (with [proxy.broker-N] tables).
+        self.links = LinkTable()
+        self.base_dir: Path | None = None
+        self._proxy: LocalProcess | None = None
 
     # --- what this target can do ---------------------------------------
     def refuses(self, fault: str, target: str | None = None) -> str | None:
         from faults.injectors import kind
         family = kind(fault).family
-        why = REFUSED_FAMILIES.get(family)
+        if fault in ON_CLIENT_LINKS:
+            why = None if self.spec.proxies else REFUSED_FAMILIES["link"]
+        else:
+            why = REFUSED_FAMILIES.get(family)
         if why is None and fault in NEEDS:
             missing = sorted({a for a in NEEDS[fault]
                               for n in self.spec.node_names() if not self._template(n, a)})
@@ -199,17 +264,82 @@ class ExternalCluster(Cluster):
     def start(self) -> None:
         """Nothing is started: the brokers Metadata lists must be the spec's,
         and each must answer."""
-        found = discover(self.spec.bootstrap)
-        if sorted(found) != sorted(self.spec.broker_ids):
-            raise ClusterError(f"the cluster lists brokers {sorted(found)}, the run was made "
-                               f"for {sorted(self.spec.broker_ids)}")
-        self.advertised = {f"broker-{i}": addr for i, addr in found.items()}
-        self.wait_brokers_registered()
+        try:
+            if self.spec.proxies:
+                self._start_proxy()
+            found = self._discover()
+            if sorted(found) != sorted(self.spec.broker_ids):
+                raise ClusterError(f"the cluster lists brokers {sorted(found)}, the run was made "
+                                   f"for {sorted(self.spec.broker_ids)}")
+            self.advertised = {f"broker-{i}": addr for i, addr in found.items()}
+            self._check_advertised()
+            self.wait_brokers_registered()
+        except BaseException:
+            self.destroy()
+            raise
+
+    def _discover(self) -> dict[int, tuple[str, int]]:
+        """discover(), waiting a while when the proxy has just come up: a
+        cluster that reaches itself through it answers Metadata only then."""
+        if not self.spec.proxies:
+            return discover(self.spec.bootstrap)
+        found = wait_until(lambda: discover(self.spec.bootstrap), REGISTER_TIMEOUT_S, 0.5,
+                           retry_on=(ClusterError,))
+        return found or discover(self.spec.bootstrap)   # the last try's error, if none
+
+    def _check_advertised(self) -> None:
+        """Clients go where Metadata sends them: through the proxy only if each
+        broker advertises its [proxy.broker-N] listen address."""
+        for name, (host, port) in sorted(self.advertised.items()):
+            listen = (self.spec.proxies.get(name) or {}).get("listen")
+            if listen and f"{host}:{port}" != listen:
+                raise ClusterError(f"{name} advertises {host}:{port}, not its [proxy.{name}] "
+                                   f"listen address {listen}: clients would bypass the proxy "
+                                   "(set the broker's advertised listener)")
+
+    def _start_proxy(self) -> None:
+        """The proxy between the clients and every broker: it listens where
+        the broker advertises itself and forwards to where it listens."""
+        from harness.host import free_port
+        self.base_dir = Path(tempfile.mkdtemp(prefix=f"chaoslog-{self.spec.name}-"))
+        api = f"127.0.0.1:{free_port()}"
+        argv = [sys.executable, "-m", "faults.proxy", "--host", "127.0.0.1",
+                "--port", api.rsplit(":", 1)[1], "--label", str(self.base_dir)]
+        self._proxy = LocalProcess("proxy", argv, self.base_dir / "proxy.log",
+                                   str(self.base_dir), cwd=self.base_dir)
+        self._proxy.start()
+        self._save()
+        self.links = LinkTable(api)
+        for name, p in sorted(self.spec.proxies.items()):
+            self.links.add(Link("client", name, p["listen"], p["upstream"]))
+        self.links.wait_api(timeout=30)
+        self.links.create_all()
+
+    def _state_path(self) -> Path:
+        from harness.host import state_dir
+        return state_dir() / f"{self.spec.name}.json"
+
+    def _save(self) -> None:
+        """What the reaper needs to stop the proxy if this process dies."""
+        from harness import reaper
+        path = self._state_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"backend": self.backend, "owner": reaper.owner_token(),
+                                    "base_dir": str(self.base_dir),
+                                    "proxy": self._proxy.to_json() if self._proxy else None}))
 
     def destroy(self) -> None:
-        """The workload's processes end; the cluster is not the harness's."""
+        """The workload's processes and the proxy end; the cluster is not the
+        harness's."""
         for w in self.workers:
             w.kill()
+        if self._proxy is not None:
+            self._proxy.kill()
+            self._proxy = None
+            self._state_path().unlink(missing_ok=True)
+        if self.base_dir is not None:
+            shutil.rmtree(self.base_dir, ignore_errors=True)
+            self.base_dir = None
 
     def wait_brokers_registered(self, names: list[str] | None = None,
                                 timeout: float = REGISTER_TIMEOUT_S) -> None:

@@ -114,6 +114,8 @@ class LocalCluster(Cluster):
             "advertised.host.name": "127.0.0.1", "advertised.port": advertised,
             "zookeeper.connect": self._zk_connect_for(name),
             "log.dirs": str(d / "logs"),
+            # An address the user advertises wins (a proxy of their own in front).
+            **{k: v for k, v in self.spec.broker_config.items() if k.startswith("advertised.")},
         }
         if peers:
             values["chaoslog.peer.addresses"] = peers

@@ -39,6 +39,9 @@ def spec(**kw) -> ExternalSpec:
     ('kill = \n', "not TOML"),
     ('[nodes.b2]\nkill = "x"\n', "[nodes.b2]: nodes are named broker-N"),
     ('nodes = 1\n', "[nodes.broker-N] must be tables of commands"),
+    ('[proxy.broker-1]\nlisten = "h:1"\n', "[proxy.broker-1] needs listen"),
+    ('[proxy.broker-1]\nlisten = "h:1"\nupstream = "h"\n', "upstream = 'h': expected HOST:PORT"),
+    ('[proxy.b1]\nlisten = "h:1"\nupstream = "h:2"\n', "[proxy.b1]: nodes are named broker-N"),
 ])
 def test_a_bad_command_file_names_the_file_and_what_is_wrong(tmp_path, text, message):
     path = tmp_path / "commands.toml"
@@ -51,9 +54,10 @@ def test_a_bad_command_file_names_the_file_and_what_is_wrong(tmp_path, text, mes
 def test_a_command_file_has_defaults_and_per_node_overrides(tmp_path):
     path = tmp_path / "commands.toml"
     path.write_text('kill = "pkill -9 -f id={id}"\n[nodes.broker-2]\nkill = "ssh b2 kill"\n')
-    commands, per_node = load_commands(path)
+    commands, per_node, proxies = load_commands(path)
     assert commands == {"kill": "pkill -9 -f id={id}"}
     assert per_node == {"broker-2": {"kill": "ssh b2 kill"}}
+    assert proxies == {}
     with pytest.raises(ClusterError, match="cannot read it"):
         load_commands(tmp_path / "missing.toml")
 
@@ -79,6 +83,24 @@ def test_the_external_target_refuses_what_it_cannot_reach():
     assert partial.refuses("kill") is None
     assert "no stop command" in partial.refuses("stop")
     assert "no pause or resume command" in partial.refuses("pause")
+
+
+def test_with_the_proxy_on_the_clients_links_their_faults_can_run():
+    proxies = {f"broker-{i}": {"listen": f"127.0.0.1:{19090 + i}", "upstream": f"10.0.0.{i}:9092"}
+               for i in (1, 2, 3)}
+    cluster = ExternalCluster(spec(proxies=proxies, proxied=True))
+    from faults.injectors import CATALOGUE
+    supported = {f for f in CATALOGUE if cluster.refuses(f, "broker-1") is None}
+    assert supported == {"partition-clients", "latency", "bandwidth", "slicer", "reset-peer",
+                         "link-timeout"}
+    assert "between nodes it did not start" in cluster.refuses("partition-isolate")
+    assert "no [proxy.broker-N] tables" in ExternalCluster(spec()).refuses("partition-clients")
+    with pytest.raises(ClusterError, match=r"no \[proxy.broker-3\]: the proxy goes in front of "
+                                           "every broker or of none"):
+        ExternalCluster(spec(proxies={k: v for k, v in proxies.items() if k != "broker-3"},
+                             proxied=True))
+    with pytest.raises(ClusterError, match="proxied exactly when"):
+        ExternalCluster(spec(proxies=proxies))
 
 
 def test_commands_get_the_node_and_a_failing_command_says_what_it_printed(tmp_path):
@@ -169,3 +191,60 @@ def test_a_run_against_a_cluster_started_elsewhere(separate_cluster, tmp_path):
         "checked"}
     assert oracles["replica-divergence"].startswith("no input")
     assert oracles["epoch-regression"].startswith("no input")
+
+
+@pytest.fixture
+def advertised_through_a_port(tmp_path):
+    """A one-broker built-in cluster started elsewhere whose broker
+    advertises a port where nothing listens yet: the harness's proxy will."""
+    from harness.host import free_port
+    name, port = f"extp{os.getpid()}", free_port()
+    up = subprocess.run([CHAOSLOG, "cluster", "up", "--backend", "local", "--brokers", "1",
+                         "--name", name, "--broker-config", f"advertised.port={port}"],
+                        capture_output=True, text=True, timeout=180)
+    if up.returncode != 0:
+        pytest.skip(f"no local backend here: {up.stderr.strip()[-300:]}")
+    try:
+        real = json.loads(up.stdout)["nodes"]["broker-1"]["address"]
+        commands = tmp_path / "commands.toml"
+        commands.write_text(f'[proxy.broker-1]\nlisten = "127.0.0.1:{port}"\n'
+                            f'upstream = "{real}"\n')
+        yield real, commands
+    finally:
+        subprocess.run([CHAOSLOG, "cluster", "down", "--name", name], capture_output=True,
+                       timeout=120)
+
+
+def test_faults_on_the_clients_links_of_a_cluster_started_elsewhere(advertised_through_a_port,
+                                                                     tmp_path):
+    """The proxy goes between the clients and the broker (which advertises
+    the proxy's address): the clients are cut off from it, then their link
+    is slowed; the run recovers and loses nothing; the proxy is gone after."""
+    from harness.cli import build_parser
+    from harness.run import execute
+    from harness.run_cli import spec_from_args
+    real, commands = advertised_through_a_port
+    args = build_parser().parse_args([
+        "run", "--target", "external", "--bootstrap", real, "--commands", str(commands),
+        "--faults", "partition-clients,latency", "--replication-factor", "1",
+        "--duration", "16", "--interval", "2,3", "--fault-duration", "3,4", "--seed", "2",
+        "--quiet", "3", "--rate", "40", "--producers", "1", "--out", str(tmp_path / "run")])
+    run_spec = replace(spec_from_args(args), checker="reference")
+    assert run_spec.cluster.proxied and set(run_spec.cluster.proxies) == {"broker-1"}
+    result = execute(run_spec, log=lambda m: None)
+    assert result.exit_code == 0, result.outcome
+    (nemesis,) = result.outcome["nemesis"]
+    assert not nemesis["errors"] and not nemesis["skipped"]
+    assert {d["fault"] for d in nemesis["done"]} == {"partition-clients", "latency"}, nemesis
+    history = [json.loads(line) for line in (tmp_path / "run" / "history.jsonl").open()]
+    cut = [e for e in history if e["f"] == "nemesis" and e["fault"] == "partition-clients"]
+    (start, stop) = [e["time"] for e in cut]
+    assert "via proxy" in cut[1]["detail"], cut
+    # Cut off from the only broker, the clients get no acknowledgement until the heal.
+    acked = [e["time"] for e in history if e["f"] == "send" and e["type"] == "ok"]
+    assert [t for t in acked if t < start] and [t for t in acked if t > stop]
+    assert not [t for t in acked if start + 500_000_000 < t < stop], "acks through the cut"
+    assert result.verdict.summary["valid"] is True
+    from harness.host import state_dir
+    assert not [p for p in state_dir().glob("run-*.json")
+                if json.loads(p.read_text()).get("backend") == "external"]
