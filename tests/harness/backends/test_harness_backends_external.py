@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -248,3 +249,28 @@ def test_faults_on_the_clients_links_of_a_cluster_started_elsewhere(advertised_t
     from harness.host import state_dir
     assert not [p for p in state_dir().glob("run-*.json")
                 if json.loads(p.read_text()).get("backend") == "external"]
+
+
+def test_the_proxy_of_a_killed_run_is_reaped(tmp_path):
+    """An external run's proxy outlives a SIGKILLed harness only until the
+    next chaoslog command: its state file names a dead owner."""
+    from harness.backends.process import LocalProcess
+    from harness.host import free_port, state_dir
+    from harness.reaper import reap_local
+    base = Path(tempfile.mkdtemp(prefix="chaoslog-extreap-"))
+    proxy = LocalProcess("proxy", [sys.executable, "-m", "faults.proxy", "--host", "127.0.0.1",
+                                   "--port", str(free_port()), "--label", str(base)],
+                         base / "proxy.log", str(base), cwd=base)
+    proxy.start()
+    state = state_dir() / f"extreap{os.getpid()}.json"
+    state.parent.mkdir(parents=True, exist_ok=True)
+    state.write_text(json.dumps({"backend": "external", "owner": "1:never",
+                                 "base_dir": str(base), "proxy": proxy.to_json()}))
+    try:
+        assert proxy.running()
+        removed = reap_local()
+        assert f"process proxy ({proxy.pid})" in removed
+        assert not proxy.running() and not state.exists() and not base.exists()
+    finally:
+        proxy.kill()
+        state.unlink(missing_ok=True)
