@@ -262,8 +262,9 @@ class ExternalCluster(Cluster):
 
     # --- lifecycle -----------------------------------------------------
     def start(self) -> None:
-        """Nothing is started: the brokers Metadata lists must be the spec's,
-        and each must answer."""
+        """Nothing of the cluster is started (only the proxy, when the command
+        file places one): the brokers Metadata lists must be the spec's, and
+        each must answer."""
         try:
             if self.spec.proxies:
                 self._start_proxy()
