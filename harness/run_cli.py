@@ -237,7 +237,8 @@ def add_parser(sub: Any) -> None:
                         "harness did not start (docs/targets.md)")
     g.add_argument("--commands", metavar="FILE",
                    help="with --target external: the command file (TOML) that kills, stops, "
-                        "starts, pauses and resumes its brokers")
+                        "starts, pauses and resumes its brokers, and may place the proxy "
+                        "between the clients and them (docs/targets.md)")
     g = p.add_argument_group("workload")
     g.add_argument("--duration", type=float, default=60.0, help="seconds of workload and faults")
     g.add_argument("--rate", type=float, default=100.0, help="sends/s over all producers (0 = no limit)")
