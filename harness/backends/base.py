@@ -77,6 +77,28 @@ class NodeInfo:
                 "state": self.state, "broker_id": self.broker_id}
 
 
+def ask_first(addresses: list[tuple[str, str, int]], request: Callable[[Any], T],
+              timeout: float = 5.0, *, nobody: str = "no broker answers", hint: str = "") -> T:
+    """`request(conn)` (conn: a harness.kafka_wire.KafkaConnection) on the
+    first of `addresses` ((label, host, port) each) that answers: a failed
+    connection or a WireError from `request` moves on to the next.
+    ClusterError `nobody`, each address's failure and `hint` when none answers."""
+    from harness import kafka_wire
+    errors = []
+    for label, host, port in addresses:
+        try:
+            conn = kafka_wire.KafkaConnection(host, port, client_id="chaoslog-harness",
+                                              timeout=timeout)
+            try:
+                return request(conn)
+            finally:
+                conn.close()
+        except (OSError, kafka_wire.WireError) as e:
+            errors.append(f"{label}: {e}")
+    raise ClusterError(nobody + (f" ({'; '.join(errors)})" if errors else ": none is running")
+                       + hint)
+
+
 def broker_id_of(name: str) -> int:
     return int(name.rsplit("-", 1)[1])
 
@@ -182,25 +204,11 @@ class Cluster(abc.ABC):
     # --- the Kafka protocol's view -------------------------------------
     def ask(self, request: Callable[[Any], T], names: list[str] | None = None,
             timeout: float = 5.0) -> T:
-        """`request(conn)` (conn: a harness.kafka_wire.KafkaConnection) on the
-        first of the running brokers `names` (default: all) that answers.
-        ClusterError naming each broker's failure when none does."""
-        from harness import kafka_wire
-        errors = []
-        for n in self.brokers():
-            if (names is not None and n.name not in names) or n.state != RUNNING or not n.host:
-                continue
-            try:
-                conn = kafka_wire.KafkaConnection(n.host, n.port, client_id="chaoslog-harness",
-                                                  timeout=timeout)
-                try:
-                    return request(conn)
-                finally:
-                    conn.close()
-            except (OSError, kafka_wire.WireError) as e:
-                errors.append(f"{n.name}: {e}")
-        raise ClusterError("no broker answers" + (f" ({'; '.join(errors)})" if errors
-                                                  else ": none is running"))
+        """`request(conn)` on the first of the running brokers `names`
+        (default: all) that answers (`ask_first`)."""
+        running = [(n.name, n.host, n.port) for n in self.brokers()
+                   if (names is None or n.name in names) and n.state == RUNNING and n.host]
+        return ask_first(running, request, timeout)
 
     def kafka_metadata(self, topics: list[str] | None = None) -> Any:
         """A Metadata answer (harness.kafka_wire.ClusterMetadata) as a Kafka

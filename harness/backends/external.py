@@ -44,7 +44,7 @@ from typing import Any
 
 from cluster.deadline import wait_until
 from harness.backends.base import (BROKER, PAUSED, RUNNING, STOPPED, Cluster, ClusterError,
-                                   ClusterSpec, NodeInfo, broker_id_of)
+                                   ClusterSpec, NodeInfo, ask_first, broker_id_of)
 from harness.backends.links import Link, LinkTable
 from harness.backends.process import LocalProcess
 from harness.backends.worker import LocalWorker
@@ -138,12 +138,16 @@ def check_commands(commands: dict[str, Any], where: str) -> None:
                                f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)} ({e})") from None
 
 
+def check_node_name(node: str, where: str) -> None:
+    if not node.startswith("broker-") or not node[7:].isdigit():
+        raise ClusterError(f"{where}: nodes are named broker-N")
+
+
 def check_proxies(proxies: dict[str, Any], brokers: list[str] | None, where: str) -> None:
     """[proxy.broker-N] tables: `listen` and `upstream` addresses, for every
     broker (`brokers`, when known) or for none."""
     for node, p in proxies.items():
-        if not node.startswith("broker-") or not node[7:].isdigit():
-            raise ClusterError(f"{where}: [proxy.{node}]: nodes are named broker-N")
+        check_node_name(node, f"{where}: [proxy.{node}]")
         if not isinstance(p, dict) or set(p) != {"listen", "upstream"}:
             raise ClusterError(f"{where}: [proxy.{node}] needs listen = \"HOST:PORT\" (what "
                                "the broker advertises) and upstream = \"HOST:PORT\" (where it "
@@ -182,8 +186,7 @@ def load_commands(path: str | Path) -> tuple[dict[str, str], dict[str, dict[str,
         raise ClusterError(f"command file {p}: [proxy.broker-N] must be tables of addresses")
     check_commands(data, f"command file {p}")
     for node, cmds in nodes.items():
-        if not node.startswith("broker-") or not node[7:].isdigit():
-            raise ClusterError(f"command file {p}: [nodes.{node}]: nodes are named broker-N")
+        check_node_name(node, f"command file {p}: [nodes.{node}]")
         check_commands(cmds, f"command file {p} [nodes.{node}]")
     check_proxies(proxies, None, f"command file {p}")
     return (dict(data), {k: dict(v) for k, v in nodes.items()},
@@ -195,24 +198,16 @@ def discover(bootstrap: str, timeout: float = METADATA_TIMEOUT_S) -> dict[int, t
     """The brokers the cluster's Metadata lists: id -> advertised (host, port),
     asked of the bootstrap addresses in turn. ClusterError when none answers."""
     from harness import kafka_wire
-    errors = []
-    for host, port in addresses(bootstrap):
-        try:
-            conn = kafka_wire.KafkaConnection(host, port, client_id="chaoslog-harness",
-                                              timeout=timeout)
-            try:
-                md = kafka_wire.metadata(conn, [])
-            finally:
-                conn.close()
-        except (OSError, kafka_wire.WireError) as e:
-            errors.append(f"{host}:{port}: {e}")
-            continue
-        if md.brokers:
-            return dict(md.brokers)
-        errors.append(f"{host}:{port}: Metadata lists no broker")
-    raise ClusterError("no bootstrap address answers a Kafka Metadata request ("
-                       + "; ".join(errors) + "): is the cluster up, and are these its client "
-                       "addresses?")
+
+    def brokers(conn: Any) -> dict[int, tuple[str, int]]:
+        listed = kafka_wire.metadata(conn, []).brokers
+        if not listed:
+            raise kafka_wire.WireError("Metadata lists no broker")
+        return dict(listed)
+
+    return ask_first([(f"{h}:{p}", h, p) for h, p in addresses(bootstrap)], brokers, timeout,
+                     nobody="no bootstrap address answers a Kafka Metadata request",
+                     hint=": is the cluster up, and are these its client addresses?")
 
 
 class ExternalCluster(Cluster):
