@@ -24,12 +24,18 @@ BASE_DIR_LABEL = f"{PREFIX}.base-dir"
 NODE_LABEL = f"{PREFIX}.node"
 
 
-def _start_time(pid: int) -> str | None:
+def _stat(pid: int, field: int) -> str | None:
+    """Field `field` of /proc/<pid>/stat, counted after the command name
+    (0: state, 1: parent pid, 19: start time); None when there is no such process."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
+            return f.read().rsplit(")", 1)[1].split()[field]
     except (OSError, IndexError):
         return None
+
+
+def _start_time(pid: int) -> str | None:
+    return _stat(pid, 19)
 
 
 def owner_token(pid: int | None = None) -> str:
@@ -124,11 +130,45 @@ def reap_local() -> list[str]:
     return removed
 
 
+def reap_checker_jvms() -> list[str]:
+    """Kill Spark checker JVMs whose Python driver is gone.
+
+    get_spark marks the JVM it starts with the pid of the Python process that
+    started it, and that process is the JVM's parent. After a kill of that
+    process the JVM is re-parented, so "parent is not the marked pid" says
+    orphan even when the pid has been reused.
+    """
+    import signal
+    from reports.spark_checker import DRIVER_MARK
+    removed = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid != os.getuid():
+                continue
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        marks = [a for a in args if a.startswith(DRIVER_MARK.encode())]
+        if not marks:
+            continue
+        pid, driver = int(entry.name), marks[0][len(DRIVER_MARK):].decode()
+        if _stat(pid, 1) == driver:
+            continue
+        try:
+            os.kill(pid, signal.SIGKILL)
+            removed.append(f"process spark-checker-jvm ({pid})")
+        except OSError:
+            pass
+    return removed
+
+
 def reap_orphans(docker: bool = True) -> list[str]:
     """Everything whose owner process is gone, of the local backend and (with
     `docker`) of the Docker backend (no engine: nothing of ours can be left
     there)."""
-    removed = reap_local()
+    removed = reap_local() + reap_checker_jvms()
     if docker:
         try:
             removed += reap_docker()

@@ -162,6 +162,12 @@ DEFAULT_CONF = {
 # a batch job). Only when get_spark starts the JVM.
 LOCAL_JAVA_OPTIONS = "-XX:+UseParallelGC"
 
+# Every driver JVM get_spark starts names the Python process that started it
+# (`-Dchaoslog.checker.driver=<pid>`). A checker killed mid-check leaves its
+# JVM running for minutes; harness/reaper.py kills a marked JVM whose parent
+# is no longer that process.
+DRIVER_MARK = "-Dchaoslog.checker.driver="
+
 
 def get_spark(master: str | None = None, conf: dict | None = None, progress: bool = False):
     """A SparkSession for the checker: local[*] unless `master` (or spark-submit) says otherwise.
@@ -186,6 +192,8 @@ def get_spark(master: str | None = None, conf: dict | None = None, progress: boo
         # to disk. Takes effect only when this call starts the JVM.
         settings.setdefault("spark.driver.memory", LOCAL_DRIVER_MEMORY)
         settings.setdefault("spark.driver.extraJavaOptions", LOCAL_JAVA_OPTIONS)
+    settings["spark.driver.extraJavaOptions"] = " ".join(
+        filter(None, [settings.get("spark.driver.extraJavaOptions"), f"{DRIVER_MARK}{os.getpid()}"]))
     if progress:
         settings["spark.ui.showConsoleProgress"] = "true"
     for k, v in settings.items():
