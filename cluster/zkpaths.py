@@ -22,6 +22,10 @@ Kafka 0.8 shipped and say so:
                                                  learns leader-made ISR changes)
   /state_change_log/entry-NNN                   [state-change records]  (docs/design.md#state-change-log;
                                                 kept in ZooKeeper so any tool can read it)
+
+Coordination V2 only (docs/design.md#v2):
+  /brokers/state/[id]/request-NNNNNNNNNN        persistent sequential {"op", "topic", "partition",
+                                                "epoch", "from"}  (docs/design.md#v2-state-queue)
 """
 from __future__ import annotations
 
@@ -45,6 +49,7 @@ ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 ISR_CHANGE_PREFIX = ISR_CHANGE_NOTIFICATION + "/isr_change_"
 STATE_CHANGE_LOG = "/state_change_log"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"  # Kafka's path (KIP-98)
+BROKER_STATE = "/brokers/state"                  # V2: the state-change queues
 
 # Persistent paths created on first start (by any broker, idempotently).
 PERSISTENT_PATHS = (
@@ -61,6 +66,10 @@ def broker_path(broker_id: int) -> str:
 
 def broker_start_epoch_path(broker_id: int) -> str:
     return f"{BROKER_START_EPOCHS}/{broker_id}"
+
+
+def state_queue_path(broker_id: int) -> str:
+    return f"{BROKER_STATE}/{broker_id}"
 
 
 def topic_path(topic: str) -> str:
