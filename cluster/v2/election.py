@@ -1,0 +1,170 @@
+"""Partition leader election in coordination V2 (docs/design.md#v2-election).
+
+No controller picks leaders: when a partition has none, each of its replicas
+tries to take the ephemeral lock /brokers/topics/T/P/leader, and the one that
+creates it leads. The winner then raises the leader epoch in the
+partition's leaderAndISR znode, conditionally on the version it read, so a
+deposed leader's later ISR write fails (docs/design.md#isr, fencing).
+
+Who may try: a replica in the assignment (AR), and in the ISR, or any replica
+of a partition that has no ISR yet (a new one). With unclean election
+enabled, also a replica outside the ISR once no ISR member is registered.
+A replica other than the preferred one waits first, so the preferred
+replica normally wins.
+
+Blocking kazoo calls: call from a thread.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from cluster import zkpaths
+from cluster.zkpaths import LeaderAndIsr, dumps, loads
+
+# leaderAndISR's controller_epoch in V2: no controller wrote it.
+NO_CONTROLLER_EPOCH = -1
+
+
+@dataclass(frozen=True)
+class Lock:
+    """The value of a partition's leader lock."""
+    broker: int
+    epoch: int
+
+
+def lock_path(topic: str, partition: int) -> str:
+    return f"{zkpaths.partition_path(topic, partition)}/leader"
+
+
+def current_lock(zk: KazooClient, topic: str, partition: int) -> Lock | None:
+    try:
+        data, _ = zk.get(lock_path(topic, partition))
+    except NoNodeError:
+        return None
+    d = loads(data)
+    return Lock(int(d["broker"]), int(d["epoch"]))
+
+
+def eligible(broker_id: int, replicas: tuple[int, ...], state: LeaderAndIsr | None,
+             live: set[int], unclean: bool) -> bool:
+    """Whether `broker_id` may try to lead (see the module's docstring)."""
+    if broker_id not in replicas:
+        return False
+    if state is None or not state.isr:
+        return True
+    if broker_id in state.isr:
+        return True
+    return unclean and not (set(state.isr) & live)
+
+
+def new_state(broker_id: int, state: LeaderAndIsr | None, live: set[int]) -> LeaderAndIsr:
+    """The leaderAndISR the winner writes: the next epoch, and an ISR of
+    itself and the registered members of the old one (a dead member would
+    only hold up commits until it is dropped as lagging)."""
+    if state is None:
+        return LeaderAndIsr(broker_id, 0, (broker_id,), NO_CONTROLLER_EPOCH)
+    isr = (broker_id,) + tuple(b for b in state.isr if b != broker_id and b in live)
+    return LeaderAndIsr(broker_id, state.leader_epoch + 1, isr, NO_CONTROLLER_EPOCH,
+                        state.zk_version)
+
+
+class Election:
+    """One broker's elections. `preferred_wait_s`: how long a replica that is
+    not the preferred one waits before trying (the seed's PreferredReplicaTime)."""
+
+    def __init__(self, zk: KazooClient, broker_id: int, *, unclean: bool,
+                 preferred_wait_s: float, sleep: Callable[[float], None] = time.sleep):
+        self.zk = zk
+        self.broker_id = broker_id
+        self.unclean = unclean
+        self.preferred_wait_s = preferred_wait_s
+        self.sleep = sleep
+
+    def elect(self, topic: str, partition: int) -> LeaderAndIsr | None:
+        """Try to lead topic-partition: the state written on a win; None when
+        another replica leads, or this one may not try."""
+        replicas = self._replicas(topic, partition)
+        if current_lock(self.zk, topic, partition) is not None:
+            return None
+        if not eligible(self.broker_id, replicas, self._state(topic, partition),
+                        self._live(), self.unclean):
+            return None
+        if replicas[0] != self.broker_id:
+            self.sleep(self.preferred_wait_s)
+            if current_lock(self.zk, topic, partition) is not None:
+                return None
+        # Eligibility again, after the wait: the ISR may have changed.
+        state = self._state(topic, partition)
+        live = self._live()
+        if not eligible(self.broker_id, replicas, state, live, self.unclean):
+            return None
+        epoch = 0 if state is None else state.leader_epoch + 1
+        try:
+            self.zk.ensure_path(zkpaths.partition_path(topic, partition))
+            self.zk.create(lock_path(topic, partition), dumps({"broker": self.broker_id,
+                                                               "epoch": epoch}),
+                           ephemeral=True)
+        except NodeExistsError:
+            return None
+        except NoNodeError:
+            return None                        # the partition was deleted meanwhile
+        return self._write_state(topic, partition, state, live)
+
+    def resign(self, topic: str, partition: int) -> None:
+        """Give the lock up (preferred election, reassignment, shutdown): the
+        replicas then elect again."""
+        lock = current_lock(self.zk, topic, partition)
+        if lock is not None and lock.broker == self.broker_id:
+            try:
+                self.zk.delete(lock_path(topic, partition))
+            except NoNodeError:
+                pass
+
+    def _write_state(self, topic: str, partition: int, state: LeaderAndIsr | None,
+                     live: set[int]) -> LeaderAndIsr:
+        """Holding the lock, write the new epoch. Only a deposed leader's ISR
+        change can race this write; on a version conflict read again and
+        build on what it wrote."""
+        path = zkpaths.leader_and_isr_path(topic, partition)
+        while True:
+            new = new_state(self.broker_id, state, live)
+            try:
+                if state is None:
+                    self.zk.create(path, new.encode())
+                    version = 0
+                else:
+                    version = self.zk.set(path, new.encode(), version=state.zk_version).version
+                return dataclasses.replace(new, zk_version=version)
+            except (BadVersionError, NodeExistsError):
+                state = self._state(topic, partition)
+                self._set_lock_epoch(topic, partition, state)
+
+    def _set_lock_epoch(self, topic: str, partition: int, state: LeaderAndIsr | None) -> None:
+        epoch = 0 if state is None else state.leader_epoch + 1
+        self.zk.set(lock_path(topic, partition), dumps({"broker": self.broker_id, "epoch": epoch}))
+
+    def _replicas(self, topic: str, partition: int) -> tuple[int, ...]:
+        try:
+            data, _ = self.zk.get(zkpaths.topic_path(topic))
+        except NoNodeError:
+            return ()
+        return zkpaths.TopicAssignment.decode(data).partitions.get(partition, ())
+
+    def _state(self, topic: str, partition: int) -> LeaderAndIsr | None:
+        try:
+            data, stat = self.zk.get(zkpaths.leader_and_isr_path(topic, partition))
+        except NoNodeError:
+            return None
+        return LeaderAndIsr.decode(data, stat.version)
+
+    def _live(self) -> set[int]:
+        try:
+            return {int(b) for b in self.zk.get_children(zkpaths.BROKER_IDS)}
+        except NoNodeError:
+            return set()

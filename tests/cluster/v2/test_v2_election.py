@@ -1,0 +1,173 @@
+"""V2 leader election against a real ZooKeeper (docs/design.md#v2-election)."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError
+
+from cluster import zkpaths
+from cluster.v2.election import Election, Lock, current_lock, eligible, new_state
+from cluster.zkpaths import LeaderAndIsr, TopicAssignment
+
+T = "t"
+
+
+@pytest.fixture
+def sessions(zk_hosts):
+    """sessions(broker_id) -> a ZooKeeper session of its own in which the
+    broker is registered (closing it is the broker dying)."""
+    made = []
+
+    def make(broker_id: int) -> KazooClient:
+        c = KazooClient(zk_hosts)
+        c.start(timeout=10)
+        c.ensure_path(zkpaths.BROKER_IDS)
+        c.create(zkpaths.broker_path(broker_id), b"{}", ephemeral=True)
+        made.append(c)
+        return c
+    yield make
+    for c in made:
+        c.stop()
+        c.close()
+
+
+def assign(zk, replicas=(1, 2, 3), partition=0):
+    zk.ensure_path(zkpaths.TOPICS)
+    zk.create(zkpaths.topic_path(T), TopicAssignment({partition: tuple(replicas)}).encode())
+
+
+def election(zk, broker_id, unclean=False, sleep=lambda s: None):
+    return Election(zk, broker_id, unclean=unclean, preferred_wait_s=0.5, sleep=sleep)
+
+
+def read_state(zk, partition=0):
+    data, stat = zk.get(zkpaths.leader_and_isr_path(T, partition))
+    return LeaderAndIsr.decode(data, stat.version)
+
+
+def test_the_preferred_replica_leads_a_new_partition_at_once(zk, sessions):
+    assign(zk)
+    waits = []
+    won = election(sessions(1), 1, sleep=waits.append).elect(T, 0)
+    assert won == LeaderAndIsr(1, 0, (1,), -1, 0)
+    assert read_state(zk) == won
+    assert current_lock(zk, T, 0) == Lock(1, 0)
+    assert waits == []
+    assert election(sessions(2), 2).elect(T, 0) is None      # taken
+
+
+def test_another_replica_waits_and_yields_to_the_preferred_one(zk, sessions):
+    assign(zk)
+    one, two = sessions(1), sessions(2)
+    waits = []
+
+    def preferred_comes_meanwhile(seconds):
+        waits.append(seconds)
+        assert election(one, 1).elect(T, 0) is not None
+
+    assert election(two, 2, sleep=preferred_comes_meanwhile).elect(T, 0) is None
+    assert waits == [0.5]
+    assert current_lock(zk, T, 0) == Lock(1, 0)
+
+
+def test_a_dead_leaders_lock_goes_with_its_session_and_an_isr_member_takes_over(zk, sessions):
+    assign(zk)
+    one, two, three = sessions(1), sessions(2), sessions(3)
+    election(one, 1).elect(T, 0)
+    # the followers caught up: the leader wrote them into the ISR
+    s = read_state(zk)
+    zk.set(zkpaths.leader_and_isr_path(T, 0), LeaderAndIsr(1, 0, (1, 2, 3), -1).encode(),
+           version=s.zk_version)
+    one.stop()                                   # broker 1 dies
+    won = election(two, 2).elect(T, 0)
+    assert (won.leader, won.leader_epoch, won.isr) == (2, 1, (2, 3))
+    assert current_lock(zk, T, 0) == Lock(2, 1)
+    assert election(three, 3).elect(T, 0) is None
+
+
+def test_a_deposed_leaders_isr_write_fails_after_the_new_election(zk, sessions):
+    assign(zk, replicas=(1, 2))
+    one, two = sessions(1), sessions(2)
+    mine = election(one, 1).elect(T, 0)
+    zk.set(zkpaths.leader_and_isr_path(T, 0), LeaderAndIsr(1, 0, (1, 2), -1).encode(),
+           version=mine.zk_version)
+    held = read_state(zk)                        # what leader 1 holds in memory
+    zk.delete(f"{zkpaths.partition_path(T, 0)}/leader")   # its lock lost (session expiry)
+    assert election(two, 2).elect(T, 0).leader == 2
+    with pytest.raises(BadVersionError):         # leader 1 tries to shrink the ISR to itself
+        one.set(zkpaths.leader_and_isr_path(T, 0), LeaderAndIsr(1, 0, (1,), -1).encode(),
+                version=held.zk_version)
+
+
+def test_a_replica_outside_the_isr_leads_only_with_unclean_election_and_no_isr_member_alive(
+        zk, sessions):
+    assign(zk, replicas=(1, 2))
+    zk.ensure_path(zkpaths.partition_path(T, 0))
+    zk.create(zkpaths.leader_and_isr_path(T, 0), LeaderAndIsr(1, 4, (1,), -1).encode())
+    two = sessions(2)
+    assert election(two, 2, unclean=False).elect(T, 0) is None
+    one = sessions(1)                            # an ISR member is alive
+    assert election(two, 2, unclean=True).elect(T, 0) is None
+    one.stop()
+    won = election(two, 2, unclean=True).elect(T, 0)
+    assert (won.leader, won.leader_epoch, won.isr) == (2, 5, (2,))
+
+
+def test_of_replicas_racing_for_one_partition_exactly_one_wins(zk, sessions):
+    assign(zk, replicas=(1, 2, 3, 4, 5))
+    clients = {b: sessions(b) for b in (1, 2, 3, 4, 5)}
+    results = {}
+    go = threading.Barrier(5)
+
+    def race(b):
+        go.wait()
+        results[b] = election(clients[b], b).elect(T, 0)   # no preferred wait here
+
+    threads = [threading.Thread(target=race, args=(b,)) for b in clients]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    winners = [b for b, r in results.items() if r is not None]
+    assert len(results) == 5 and len(winners) == 1
+    assert read_state(zk).leader == winners[0] == current_lock(zk, T, 0).broker
+
+
+def test_a_broker_not_assigned_the_partition_never_leads(zk, sessions):
+    assign(zk, replicas=(1, 2))
+    assert election(sessions(3), 3).elect(T, 0) is None
+    assert current_lock(zk, T, 0) is None
+
+
+def test_resign_frees_the_lock_for_the_next_election(zk, sessions):
+    assign(zk, replicas=(1, 2))
+    one, two = sessions(1), sessions(2)
+    election(one, 1).elect(T, 0)
+    s = read_state(zk)
+    zk.set(zkpaths.leader_and_isr_path(T, 0), LeaderAndIsr(1, 0, (1, 2), -1).encode(),
+           version=s.zk_version)
+    election(two, 2).resign(T, 0)                # not its lock: nothing happens
+    assert current_lock(zk, T, 0) == Lock(1, 0)
+    election(one, 1).resign(T, 0)
+    assert election(two, 2).elect(T, 0).leader_epoch == 1
+
+
+@pytest.mark.parametrize("broker, replicas, isr, live, unclean, ok", [
+    (1, (1, 2), None, set(), False, True),       # a new partition
+    (3, (1, 2), None, {3}, True, False),         # not assigned
+    (2, (1, 2), (1, 2), {2}, False, True),
+    (2, (1, 2), (1,), {2}, False, False),
+    (2, (1, 2), (1,), {2}, True, True),
+    (2, (1, 2), (1,), {1, 2}, True, False),
+])
+def test_who_may_try(broker, replicas, isr, live, unclean, ok):
+    state = None if isr is None else LeaderAndIsr(1, 3, isr, -1)
+    assert eligible(broker, replicas, state, live, unclean) is ok
+
+
+def test_the_new_state_drops_unregistered_isr_members_and_raises_the_epoch():
+    old = LeaderAndIsr(1, 7, (1, 2, 3), -1, zk_version=4)
+    assert new_state(3, old, live={2, 3}) == LeaderAndIsr(3, 8, (3, 2), -1, 4)
+    assert new_state(2, None, live={2}) == LeaderAndIsr(2, 0, (2,), -1)
