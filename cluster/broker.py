@@ -52,6 +52,7 @@ class Broker:
         self.log_dir = Path(cfg["log.dirs"].split(",")[0])
         self.zk: ZkClient | None = None
         self.controller = None
+        self.v2 = None          # the V2 component (coordination=v2), instead of the controller
         self.start_epoch = 0
         self._stop = asyncio.Event()
         self._registered = False
@@ -82,13 +83,16 @@ class Broker:
         self.server = SocketServer(self.apis, cfg["host.name"], cfg["port"],
                                    cfg["socket.request.max.bytes"])
         await self.server.start()
-        self._start_controller()
+        if cfg["coordination"] == "v2":
+            await self._start_v2()
+        else:
+            self._start_controller()
         await self._register()
         log.info("broker %d started", self.broker_id)
 
         await self._stop.wait()
         log.info("broker %d shutting down", self.broker_id)
-        if cfg["controlled.shutdown.enable"]:
+        if cfg["controlled.shutdown.enable"] and self.v2 is None:
             await self._controlled_shutdown()
         await self._shutdown()
         return 0
@@ -136,11 +140,21 @@ class Broker:
             # controller request reaches it between the new epoch and the
             # registration, so what it reads now is what it keeps.
             self.rm.delete_unassigned(await self._assigned_here())
+            if self.v2 is not None:
+                self.v2.on_new_session()
             await self._register()
         except Exception:
             log.exception("re-registration failed")
 
-    # -- controller component ---------------------------------------------------------------
+    # -- controller component, or the V2 component ----------------------------------------------
+
+    async def _start_v2(self) -> None:
+        """coordination=v2 (docs/design.md#v2): no controller; the V2 component
+        drains this broker's state-change queue and starts its replicas
+        before the broker registers."""
+        from cluster.v2.coordinator import Coordinator
+        self.v2 = Coordinator(self.cfg, self.zk, self.rm, self.metadata)
+        await self.v2.start()
 
     def _start_controller(self) -> None:
         if not self.cfg["chaoslog.controller.enable"]:
@@ -205,6 +219,8 @@ class Broker:
 
     async def _shutdown(self) -> None:
         loop = asyncio.get_running_loop()
+        if self.v2 is not None:
+            await self.v2.shutdown()
         if self.controller is not None:
             try:
                 await loop.run_in_executor(None, self.controller.shutdown)

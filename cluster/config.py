@@ -72,6 +72,12 @@ DEFAULTS: dict[str, Any] = {
     "group.initial.rebalance.delay.ms": 3000,
     "group.min.session.timeout.ms": 6000,
     "group.max.session.timeout.ms": 300000,
+    # Coordination (docs/design.md#v2): "controller" (the default design) or
+    # "v2" (no controller; each partition's leader coordinates).
+    "coordination": "controller",
+    "v2.preferred.replica.wait.ms": 500,      # the seed's PreferredReplicaTime
+    "v2.metadata.refresh.ms": 500,            # how often a V2 broker reads the cluster
+    "v2.state.queue.max.requests": 1000,
     # Harness hook, not a Kafka key: per-peer address overrides so that each
     # broker-to-broker link can be routed through its own proxy.
     # Format: "2=127.0.0.1:20012,3=127.0.0.1:20013".
@@ -152,6 +158,8 @@ class BrokerConfig:
     def validate(self) -> None:
         if self["replication.truncation"] not in ("hw", "leader-epoch"):
             raise ConfigError("replication.truncation must be 'hw' or 'leader-epoch'")
+        if self["coordination"] not in ("controller", "v2"):
+            raise ConfigError("coordination must be 'controller' or 'v2'")
         if self["min.insync.replicas"] < 1:
             raise ConfigError("min.insync.replicas must be at least 1")
         if self["offsets.topic.num.partitions"] < 1 or self["offsets.topic.replication.factor"] < 1:

@@ -89,6 +89,8 @@ class ReplicaManager:
         self._tasks: list[asyncio.Task] = []
         self._isr_changes: set[tuple[str, int]] = set()
         self._isr_notify_scheduled = False
+        # Only a controller reads ISR-change notifications (V2 has none).
+        self._notify_isr = cfg["coordination"] == "controller"
         # Told (partition, is_leader) when this broker starts or stops
         # leading a partition: how the group coordinator follows the offsets
         # partitions (docs/design.md#groups).
@@ -410,6 +412,8 @@ class ReplicaManager:
         log.info("%s-%d: ISR %s %s -> %s (zkVersion %d)", p.topic, p.partition, why,
                  sorted(p.isr), sorted(new_isr), new_version)
         p.apply_isr(new_isr, new_version)
+        if not self._notify_isr:
+            return
         self._isr_changes.add(p.tp)
         if not self._isr_notify_scheduled:
             self._isr_notify_scheduled = True

@@ -9,17 +9,16 @@ deposed leader's later ISR write fails (docs/design.md#isr, fencing).
 Who may try: a replica in the assignment (AR), and in the ISR, or any replica
 of a partition that has no ISR yet (a new one). With unclean election
 enabled, also a replica outside the ISR once no ISR member is registered.
-A replica other than the preferred one waits first, so the preferred
-replica normally wins.
+A replica other than the preferred one waits before it tries, so the
+preferred replica normally wins; the caller waits (the broker's V2
+component: on its event loop, not on the ZooKeeper thread).
 
 Blocking kazoo calls: call from a thread.
 """
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import dataclass
-from typing import Callable
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
@@ -75,16 +74,12 @@ def new_state(broker_id: int, state: LeaderAndIsr | None, live: set[int]) -> Lea
 
 
 class Election:
-    """One broker's elections. `preferred_wait_s`: how long a replica that is
-    not the preferred one waits before trying (the seed's PreferredReplicaTime)."""
+    """One broker's elections."""
 
-    def __init__(self, zk: KazooClient, broker_id: int, *, unclean: bool,
-                 preferred_wait_s: float, sleep: Callable[[float], None] = time.sleep):
+    def __init__(self, zk: KazooClient, broker_id: int, *, unclean: bool):
         self.zk = zk
         self.broker_id = broker_id
         self.unclean = unclean
-        self.preferred_wait_s = preferred_wait_s
-        self.sleep = sleep
 
     def elect(self, topic: str, partition: int) -> LeaderAndIsr | None:
         """Try to lead topic-partition: the state written on a win; None when
@@ -92,14 +87,6 @@ class Election:
         replicas = self._replicas(topic, partition)
         if current_lock(self.zk, topic, partition) is not None:
             return None
-        if not eligible(self.broker_id, replicas, self._state(topic, partition),
-                        self._live(), self.unclean):
-            return None
-        if replicas[0] != self.broker_id:
-            self.sleep(self.preferred_wait_s)
-            if current_lock(self.zk, topic, partition) is not None:
-                return None
-        # Eligibility again, after the wait: the ISR may have changed.
         state = self._state(topic, partition)
         live = self._live()
         if not eligible(self.broker_id, replicas, state, live, self.unclean):

@@ -38,8 +38,8 @@ def assign(zk, replicas=(1, 2, 3), partition=0):
     zk.create(zkpaths.topic_path(T), TopicAssignment({partition: tuple(replicas)}).encode())
 
 
-def election(zk, broker_id, unclean=False, sleep=lambda s: None):
-    return Election(zk, broker_id, unclean=unclean, preferred_wait_s=0.5, sleep=sleep)
+def election(zk, broker_id, unclean=False):
+    return Election(zk, broker_id, unclean=unclean)
 
 
 def read_state(zk, partition=0):
@@ -47,29 +47,13 @@ def read_state(zk, partition=0):
     return LeaderAndIsr.decode(data, stat.version)
 
 
-def test_the_preferred_replica_leads_a_new_partition_at_once(zk, sessions):
+def test_the_first_to_try_leads_a_new_partition(zk, sessions):
     assign(zk)
-    waits = []
-    won = election(sessions(1), 1, sleep=waits.append).elect(T, 0)
+    won = election(sessions(1), 1).elect(T, 0)
     assert won == LeaderAndIsr(1, 0, (1,), -1, 0)
     assert read_state(zk) == won
     assert current_lock(zk, T, 0) == Lock(1, 0)
-    assert waits == []
     assert election(sessions(2), 2).elect(T, 0) is None      # taken
-
-
-def test_another_replica_waits_and_yields_to_the_preferred_one(zk, sessions):
-    assign(zk)
-    one, two = sessions(1), sessions(2)
-    waits = []
-
-    def preferred_comes_meanwhile(seconds):
-        waits.append(seconds)
-        assert election(one, 1).elect(T, 0) is not None
-
-    assert election(two, 2, sleep=preferred_comes_meanwhile).elect(T, 0) is None
-    assert waits == [0.5]
-    assert current_lock(zk, T, 0) == Lock(1, 0)
 
 
 def test_a_dead_leaders_lock_goes_with_its_session_and_an_isr_member_takes_over(zk, sessions):
@@ -123,7 +107,7 @@ def test_of_replicas_racing_for_one_partition_exactly_one_wins(zk, sessions):
 
     def race(b):
         go.wait()
-        results[b] = election(clients[b], b).elect(T, 0)   # no preferred wait here
+        results[b] = election(clients[b], b).elect(T, 0)
 
     threads = [threading.Thread(target=race, args=(b,)) for b in clients]
     for t in threads:

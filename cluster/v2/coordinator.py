@@ -1,0 +1,340 @@
+"""The broker's V2 component: in place of the controller (docs/design.md#v2).
+
+It drives this broker's ReplicaManager with the same LeaderAndIsr,
+StopReplica and UpdateMetadata requests the controller would send, built
+from ZooKeeper in-process, so becoming leader or follower, truncation and
+the metadata cache are the controller mode's code. What differs is who
+decides:
+
+  - a partition's leader is whoever holds its leader lock
+    (cluster/v2/election.py); every replica watches the lock and, when it
+    is gone, tries to take it (the preferred replica at once, the others
+    after `v2.preferred.replica.wait.ms`);
+  - start- and close-replica requests arrive in this broker's state-change
+    queue (cluster/v2/state_queue.py), drained at startup and on every change;
+  - the metadata clients get is read from ZooKeeper every
+    `v2.metadata.refresh.ms` (and at once after a leadership change here);
+    that read also starts replicas of partitions newly assigned here.
+
+Threads: kazoo's watch callbacks only schedule work on the event loop; ZooKeeper
+reads and writes run on the broker's ZooKeeper thread (ZkClient.call); the
+ReplicaManager is called on the event loop only. Each partition has its own
+lock, so a replica waiting out the preferred replica's head start does not
+hold up the others.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from kazoo.exceptions import NoNodeError
+from kazoo.recipe.watchers import ChildrenWatch, DataWatch
+
+from cluster import zkpaths
+from cluster.protocol.control import (BrokerEndpoint, LeaderAndIsrRequest, PartitionState,
+                                      StopReplicaRequest, TopicPartition, UpdateMetadataRequest)
+from cluster.server.metadata_cache import LEADER_DURING_DELETE, MetadataCache
+from cluster.server.replica_manager import ReplicaManager
+from cluster.server.zk_client import ZkClient
+from cluster.v2.election import NO_CONTROLLER_EPOCH, Election, Lock, lock_path
+from cluster.v2.state_queue import CLOSE_REPLICA, Pending, StateChangeQueue, acts_on
+from cluster.zkpaths import NO_LEADER, BrokerRegistration, LeaderAndIsr, TopicAssignment, loads
+
+log = logging.getLogger("cluster.v2")
+
+TP = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Held:
+    """A partition's lock as read, and whether this broker's current
+    ZooKeeper session holds it (a lock of its own earlier session is not
+    its: it goes when that session expires)."""
+    lock: Lock
+    ours: bool
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    replicas: tuple[int, ...]
+    topic_id: str
+    held: Held | None
+    state: LeaderAndIsr | None
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """One read of what clients are told: live brokers and every partition."""
+    brokers: dict[int, BrokerRegistration]
+    partitions: dict[TP, PartitionView]
+
+
+class Coordinator:
+    def __init__(self, cfg, zk: ZkClient, rm: ReplicaManager, metadata: MetadataCache):
+        self.broker_id = cfg.broker_id
+        self.zk = zk
+        self.rm = rm
+        self.metadata = metadata
+        self.preferred_wait_s = cfg["v2.preferred.replica.wait.ms"] / 1000
+        self.refresh_s = cfg["v2.metadata.refresh.ms"] / 1000
+        self.queue = StateChangeQueue(zk.kazoo, self.broker_id, cfg["v2.state.queue.max.requests"])
+        self.election = Election(zk.kazoo, self.broker_id,
+                                 unclean=cfg["unclean.leader.election.enable"])
+        self.started: set[TP] = set()
+        self._locks: dict[TP, asyncio.Lock] = {}
+        self._drain_lock = asyncio.Lock()
+        self._refresh_now = asyncio.Event()
+        self._tasks: set[asyncio.Task] = set()
+        self._stopping = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """The design's broker startup up to, not including, registration
+        (the broker registers after this returns): the queue, its watch,
+        drain it, start every replica assigned here."""
+        self.loop = asyncio.get_running_loop()
+        await self.zk.call(self.queue.create)
+        await self._drain()
+        await self.zk.call(self._watch_children, self.queue.path, self._drain)
+        await self.zk.call(self._watch_children, zkpaths.BROKER_IDS, self._leaderless_again)
+        view = await self.zk.call(self._read_cluster)
+        for tp, pv in sorted(view.partitions.items()):
+            if self.broker_id in pv.replicas:
+                await self._start_replica(tp)
+        self._spawn(self._metadata_loop())
+
+    async def shutdown(self) -> None:
+        """Stop acting. The leader locks go with the ZooKeeper session, which
+        the broker closes next: the other replicas then elect."""
+        self._stopping = True
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def on_new_session(self) -> None:
+        """After a session expiry: the locks this broker held are gone;
+        look at every partition again."""
+        for tp in sorted(self.started):
+            self._spawn(self._reconcile(tp))
+        self._refresh_now.set()
+
+    # -- scheduling -----------------------------------------------------------------------------
+
+    def _spawn(self, coro) -> None:
+        if self._stopping:
+            coro.close()
+            return
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("V2 task failed", exc_info=task.exception())
+
+    def _from_kazoo(self, fn, *args) -> None:
+        """Schedule coroutine function `fn(*args)` from a kazoo callback thread."""
+        if not self._stopping and self.loop is not None:
+            self.loop.call_soon_threadsafe(lambda: self._spawn(fn(*args)))
+
+    def _watch_children(self, path: str, fn) -> None:
+        self.zk.kazoo.ensure_path(path)
+        ChildrenWatch(self.zk.kazoo, path, lambda children: self._from_kazoo(fn) if not
+                      self._stopping else False, send_event=False)
+
+    def _watch_lock(self, tp: TP) -> None:
+        def changed(data, stat, event=None):
+            if self._stopping or tp not in self.started:
+                return False                       # stop watching
+            self._from_kazoo(self._reconcile, tp)
+        DataWatch(self.zk.kazoo, lock_path(*tp), changed)
+
+    # -- replicas -------------------------------------------------------------------------------
+
+    async def _start_replica(self, tp: TP) -> None:
+        """startReplica: watch the partition's lock; the watch's first call
+        looks at the partition (elects, or follows its leader)."""
+        if tp in self.started:
+            self._spawn(self._reconcile(tp))
+            return
+        self.started.add(tp)
+        await self.zk.call(self._watch_lock, tp)
+
+    def _close_replica(self, tp: TP) -> None:
+        """closeReplica: stop fetching, delete the replica."""
+        self.started.discard(tp)
+        self.rm.handle_stop_replica(StopReplicaRequest(
+            -1, NO_CONTROLLER_EPOCH, True, (TopicPartition(*tp),), broker_id=self.broker_id))
+        log.info("V2: closed replica %s-%d", *tp)
+
+    async def _reconcile(self, tp: TP) -> None:
+        """Make this broker's replica match the partition's lock: take the
+        lock when there is none and this broker may, else follow its holder."""
+        lock = self._locks.setdefault(tp, asyncio.Lock())
+        async with lock:
+            if self._stopping or tp not in self.started:
+                return
+            pv = await self.zk.call(self._read_partition, tp)
+            if self.broker_id not in pv.replicas:
+                return
+            if pv.held is None:
+                if pv.replicas[0] != self.broker_id:
+                    await asyncio.sleep(self.preferred_wait_s)   # the preferred replica first
+                won = await self.zk.call(self.election.elect, *tp)
+                if won is not None:
+                    log.info("V2: leads %s-%d at epoch %d, ISR %s", *tp, won.leader_epoch,
+                             list(won.isr))
+                    self._apply(tp, pv, self.broker_id, won.leader_epoch, won)
+                    return
+                pv = await self.zk.call(self._read_partition, tp)
+                if pv.held is None:
+                    return        # may not lead; the next change of the lock or the brokers
+            held = pv.held
+            if held.lock.broker == self.broker_id:
+                if not held.ours:
+                    log.info("V2: %s-%d is locked by this broker's earlier session; waiting "
+                             "for it to expire", *tp)
+                return            # ours: we lead (applied when we won)
+            self._apply(tp, pv, held.lock.broker, held.lock.epoch, pv.state)
+
+    def _apply(self, tp: TP, pv: PartitionView, leader: int, epoch: int,
+               state: LeaderAndIsr | None) -> None:
+        """Become leader or follower through the ReplicaManager's LeaderAndIsr
+        path (it ignores an epoch it already has)."""
+        isr = state.isr if state is not None else (leader,)
+        version = state.zk_version if state is not None else -1
+        endpoints = ()
+        reg = self.metadata.endpoint(leader)
+        if reg is not None:
+            endpoints = (BrokerEndpoint(leader, *reg),)
+        req = LeaderAndIsrRequest(-1, NO_CONTROLLER_EPOCH, False, (PartitionState(
+            tp[0], tp[1], leader, epoch, isr, version, pv.replicas, pv.topic_id),),
+            endpoints, broker_id=self.broker_id)
+        self.rm.handle_leader_and_isr(req)
+        self._refresh_now.set()
+
+    async def _leaderless_again(self) -> None:
+        """Brokers came or went: partitions without a leader may now have an
+        eligible replica here (an ISR member returned, or, with unclean
+        election, the last one died)."""
+        for tp in sorted(self.started):
+            p = self.rm.partition(tp)
+            if p is None or not p.is_leader:
+                self._spawn(self._reconcile(tp))
+        self._refresh_now.set()
+
+    # -- the state-change queue ---------------------------------------------------------------
+
+    async def _drain(self) -> None:
+        async with self._drain_lock:
+            for request in await self.zk.call(self.queue.pending):
+                await self._act(request)
+                await self.zk.call(self.queue.remove, request.name)
+
+    async def _act(self, request: Pending) -> None:
+        change = request.change
+        if change is None:
+            log.warning("V2: dropping %s from the state-change queue: %s", request.name,
+                        request.problem)
+            return
+        tp = (change.topic, change.partition)
+        if change.op == CLOSE_REPLICA:
+            self._close_replica(tp)
+            return
+        pv = await self.zk.call(self._read_partition, tp)
+        current = pv.held.lock.epoch if pv.held is not None else None
+        if not acts_on(change, current):
+            log.info("V2: ignoring %s of %s-%d at epoch %d from %s: the current epoch is %s",
+                     change.op, *tp, change.epoch, change.sender, current)
+            return
+        await self._start_replica(tp)
+
+    # -- metadata -------------------------------------------------------------------------------
+
+    async def _metadata_loop(self) -> None:
+        while True:
+            try:
+                view = await self.zk.call(self._read_cluster)
+                self._update_metadata(view)
+                for tp, pv in sorted(view.partitions.items()):
+                    if self.broker_id in pv.replicas and tp not in self.started:
+                        await self._start_replica(tp)     # newly assigned here
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("V2: reading the cluster failed: %r", e)
+            self._refresh_now.clear()
+            try:
+                await asyncio.wait_for(self._refresh_now.wait(), self.refresh_s)
+            except asyncio.TimeoutError:
+                pass
+
+    def _update_metadata(self, view: ClusterView) -> None:
+        states = []
+        for (t, p), pv in sorted(view.partitions.items()):
+            leader = pv.held.lock.broker if pv.held is not None else NO_LEADER
+            epoch = (pv.held.lock.epoch if pv.held is not None
+                     else pv.state.leader_epoch if pv.state is not None else -1)
+            isr = pv.state.isr if pv.state is not None else ()
+            version = pv.state.zk_version if pv.state is not None else -1
+            states.append(PartitionState(t, p, leader, epoch, isr, version, pv.replicas,
+                                         pv.topic_id))
+        for t, parts in self.metadata.topics.items():
+            for p in parts:
+                if (t, p) not in view.partitions:
+                    states.append(PartitionState(t, p, LEADER_DURING_DELETE, -1, (), -1, ()))
+        brokers = tuple(BrokerEndpoint(b, r.host, r.port) for b, r in sorted(view.brokers.items()))
+        self.rm.handle_update_metadata(UpdateMetadataRequest(
+            -1, NO_CONTROLLER_EPOCH, tuple(states), brokers, broker_id=self.broker_id))
+
+    # -- ZooKeeper reads (on the ZooKeeper thread) ----------------------------------------------
+
+    def _read_partition(self, tp: TP) -> PartitionView:
+        kazoo = self.zk.kazoo
+        try:
+            assignment = TopicAssignment.decode(kazoo.get(zkpaths.topic_path(tp[0]))[0])
+        except NoNodeError:
+            assignment = TopicAssignment()
+        return PartitionView(assignment.partitions.get(tp[1], ()), assignment.topic_id,
+                             self._held(tp), self._state(tp))
+
+    def _read_cluster(self) -> ClusterView:
+        kazoo = self.zk.kazoo
+        brokers = {}
+        for b in kazoo.get_children(zkpaths.BROKER_IDS):
+            try:
+                brokers[int(b)] = BrokerRegistration.decode(
+                    int(b), kazoo.get(zkpaths.broker_path(int(b)))[0])
+            except NoNodeError:
+                pass
+        partitions = {}
+        for topic in kazoo.get_children(zkpaths.TOPICS):
+            try:
+                assignment = TopicAssignment.decode(kazoo.get(zkpaths.topic_path(topic))[0])
+            except NoNodeError:
+                continue
+            for p, replicas in assignment.partitions.items():
+                tp = (topic, p)
+                partitions[tp] = PartitionView(replicas, assignment.topic_id, self._held(tp),
+                                               self._state(tp))
+        return ClusterView(brokers, partitions)
+
+    def _held(self, tp: TP) -> Held | None:
+        try:
+            data, stat = self.zk.kazoo.get(lock_path(*tp))
+        except NoNodeError:
+            return None
+        d = loads(data)
+        return Held(Lock(int(d["broker"]), int(d["epoch"])),
+                    stat.ephemeralOwner == self.zk.session_id)
+
+    def _state(self, tp: TP) -> LeaderAndIsr | None:
+        try:
+            data, stat = self.zk.kazoo.get(zkpaths.leader_and_isr_path(*tp))
+        except NoNodeError:
+            return None
+        return LeaderAndIsr.decode(data, stat.version)

@@ -1,0 +1,114 @@
+"""Brokers in coordination=v2 (docs/design.md#v2): real broker processes and
+a real ZooKeeper, no controller. Leaders come from the lock election, clients
+see them through Metadata, and a killed leader's acknowledged writes survive
+its replacement."""
+from __future__ import annotations
+
+import pytest
+from kazoo.client import KazooClient
+
+from cluster import admin, zkpaths
+from cluster.v2.election import current_lock
+from cluster.zkpaths import LeaderAndIsr
+from server.broker_cluster import AckedProducer, BrokerProcess, wait_until
+
+FIXED = {"coordination": "v2", "min.insync.replicas": 2,
+         "unclean.leader.election.enable": False, "replication.truncation": "leader-epoch",
+         "controlled.shutdown.enable": False, "v2.metadata.refresh.ms": 200}
+T = "v2t"
+ASSIGNMENT = {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]}
+
+
+@pytest.fixture
+def brokers(zk_hosts, tmp_path):
+    made = {i: BrokerProcess(i, zk_hosts, tmp_path, **FIXED).start() for i in (1, 2, 3)}
+    yield made
+    for b in made.values():
+        b.kill()
+
+
+def leaders(zk):
+    return {p: (lock.broker if (lock := current_lock(zk, T, p)) else None) for p in ASSIGNMENT}
+
+
+def state(zk, p) -> LeaderAndIsr:
+    data, stat = zk.get(zkpaths.leader_and_isr_path(T, p))
+    return LeaderAndIsr.decode(data, stat.version)
+
+
+def client_leaders(bootstrap: str) -> dict[int, int]:
+    from confluent_kafka.admin import AdminClient
+    md = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(T, timeout=10)
+    return {p: pm.leader for p, pm in md.topics[T].partitions.items()}
+
+
+def read_partition(bootstrap: str, partition: int, count: int) -> list[bytes]:
+    import confluent_kafka as ck
+    c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "v2-check",
+                     "enable.auto.commit": False, "log_level": 0})
+    c.assign([ck.TopicPartition(T, partition, 0)])
+    got: list[bytes] = []
+    try:
+        def enough():
+            for m in c.consume(500, 1.0):
+                if not m.error():
+                    got.append(m.value())
+            return len(got) >= count
+        wait_until(enough, 60, f"{count} records read back")
+    finally:
+        c.close()
+    return got
+
+
+def test_v2_brokers_elect_preferred_leaders_and_fail_over_without_losing_acks(brokers, zk):
+    for b in brokers.values():
+        b.wait_registered(zk)
+    admin.create_topic(zk, T, 3, 3, replica_assignment=ASSIGNMENT)
+    # The preferred replica leads each partition, and clients are told so.
+    wait_until(lambda: leaders(zk) == {0: 1, 1: 2, 2: 3}, 30, "preferred leaders")
+    bootstrap = ",".join(b.bootstrap for b in brokers.values())
+    wait_until(lambda: client_leaders(bootstrap) == {0: 1, 1: 2, 2: 3}, 30,
+               "Metadata naming the leaders")
+    wait_until(lambda: len(state(zk, 0).isr) == 3, 30, "followers of partition 0 in the ISR")
+
+    with AckedProducer(bootstrap, T, b"v%06d", **{"enable.idempotence": True}) as producer:
+        wait_until(lambda: len(producer.acked) >= 200, 30, "writes acknowledged")
+        brokers[1].kill()                                   # the leader of partition 0
+        before = len(producer.acked)
+        wait_until(lambda: leaders(zk)[0] in (2, 3), 30, "a new leader of partition 0")
+        wait_until(lambda: len(producer.acked) >= before + 200, 60,
+                   "writes acknowledged by the new leader")
+    new = state(zk, 0)
+    assert new.leader in (2, 3) and new.leader_epoch == 1 and 1 not in new.isr
+    assert new.controller_epoch == -1          # no controller wrote it
+    acked = producer.acked
+    survivors = ",".join(b.bootstrap for i, b in brokers.items() if i != 1)
+    read = read_partition(survivors, 0, len(acked))
+    assert not set(acked) - set(read), f"acknowledged writes lost: {len(set(acked) - set(read))}"
+    assert len(read) == len(set(read)), "a value read twice (the producer is idempotent)"
+
+    # The old leader comes back as a follower of the new one and rejoins the ISR.
+    brokers[1].start().wait_registered(zk)
+    wait_until(lambda: 1 in state(zk, 0).isr, 60, "broker 1 back in the ISR of partition 0")
+    assert leaders(zk)[0] == new.leader
+
+
+def test_a_v2_broker_closes_a_replica_its_queue_asks_it_to_close(brokers, zk):
+    """A partition moved off broker 3 (its assignment no longer names it) and
+    a close-replica in broker 3's queue: the broker stops and deletes its
+    replica, takes the request off the queue, and keeps its others."""
+    from cluster.v2.state_queue import CLOSE_REPLICA, StateChange, StateChangeQueue
+    for b in brokers.values():
+        b.wait_registered(zk)
+    admin.create_topic(zk, T, 3, 3, replica_assignment=ASSIGNMENT)
+    wait_until(lambda: leaders(zk) == {0: 1, 1: 2, 2: 3}, 30, "preferred leaders")
+    replica_dir = brokers[3].log_dir / f"{T}-1"
+    wait_until(replica_dir.exists, 30, "broker 3's replica of partition 1")
+    data, stat = zk.get(zkpaths.topic_path(T))
+    moved = zkpaths.TopicAssignment.decode(data)
+    moved.partitions[1] = (2, 1)
+    zk.set(zkpaths.topic_path(T), moved.encode(), version=stat.version)
+    StateChangeQueue(zk, 3).put(StateChange(CLOSE_REPLICA, T, 1, 0, "broker-2"))
+    wait_until(lambda: not replica_dir.exists(), 30, "the queued close-replica carried out")
+    wait_until(lambda: StateChangeQueue(zk, 3).pending() == [], 10, "the request taken")
+    assert (brokers[3].log_dir / f"{T}-0").exists() and (brokers[3].log_dir / f"{T}-2").exists()
