@@ -71,7 +71,10 @@ class Broker:
         log.info("connected to ZooKeeper %s (session %#x), start epoch %d",
                  cfg["zookeeper.connect"], zk.session_id, self.start_epoch)
 
-        assigned = await self._assigned_here()
+        # V2 deletes replicas only on a close-replica of its queue
+        # (docs/design.md#v2-broker); the controller mode by the assignment.
+        v2 = cfg["coordination"] == "v2"
+        assigned = None if v2 else await self._assigned_here()
         self.log_manager = LogManager(self.log_dir, LogConfig.from_broker_config(cfg))
         self.metadata = MetadataCache(self.broker_id, cfg.advertised)
         self.rm = ReplicaManager(cfg, self.log_manager, zk, self.metadata, self.start_epoch)
@@ -139,9 +142,10 @@ class Broker:
             # Counted dead meanwhile, this broker was told of no deletion; no
             # controller request reaches it between the new epoch and the
             # registration, so what it reads now is what it keeps.
-            self.rm.delete_unassigned(await self._assigned_here())
             if self.v2 is not None:
                 self.v2.on_new_session()
+            else:
+                self.rm.delete_unassigned(await self._assigned_here())
             await self._register()
         except Exception:
             log.exception("re-registration failed")

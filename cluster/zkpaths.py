@@ -26,6 +26,9 @@ Kafka 0.8 shipped and say so:
 Coordination V2 only (docs/design.md#v2):
   /brokers/state/[id]/request-NNNNNNNNNN        persistent sequential {"op", "topic", "partition",
                                                 "epoch", "from"}  (docs/design.md#v2-state-queue)
+  /brokers/topics/[topic]/[p]/leader            ephemeral  {"broker", "epoch"}: the leader lock
+  /brokers/partitions_reassigned/[topic]/[p]    [broker ids]: a partition being created, or
+                                                deleted ([])  (docs/design.md#v2-admin)
 """
 from __future__ import annotations
 
@@ -50,6 +53,7 @@ ISR_CHANGE_PREFIX = ISR_CHANGE_NOTIFICATION + "/isr_change_"
 STATE_CHANGE_LOG = "/state_change_log"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"  # Kafka's path (KIP-98)
 BROKER_STATE = "/brokers/state"                  # V2: the state-change queues
+PARTITIONS_REASSIGNED = "/brokers/partitions_reassigned"   # V2: partitions being changed
 
 # Persistent paths created on first start (by any broker, idempotently).
 PERSISTENT_PATHS = (
@@ -70,6 +74,16 @@ def broker_start_epoch_path(broker_id: int) -> str:
 
 def state_queue_path(broker_id: int) -> str:
     return f"{BROKER_STATE}/{broker_id}"
+
+
+def leader_lock_path(topic: str, partition: int) -> str:
+    """V2: the ephemeral lock whose holder leads the partition."""
+    return f"{TOPICS}/{topic}/{partition}/leader"
+
+
+def partitions_reassigned_path(topic: str, partition: int | None = None) -> str:
+    base = f"{PARTITIONS_REASSIGNED}/{topic}"
+    return base if partition is None else f"{base}/{partition}"
 
 
 def topic_path(topic: str) -> str:

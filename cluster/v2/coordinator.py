@@ -18,9 +18,9 @@ decides:
 
 Threads: kazoo's watch callbacks only schedule work on the event loop; ZooKeeper
 reads and writes run on the broker's ZooKeeper thread (ZkClient.call); the
-ReplicaManager is called on the event loop only. Each partition has its own
-lock, so a replica waiting out the preferred replica's head start does not
-hold up the others.
+ReplicaManager is called on the event loop only. Each partition is looked at
+by one task at a time (`_kick`), and partitions independently, so a replica
+waiting out the preferred replica's head start does not hold up the others.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from cluster.protocol.control import (BrokerEndpoint, LeaderAndIsrRequest, Parti
 from cluster.server.metadata_cache import LEADER_DURING_DELETE, MetadataCache
 from cluster.server.replica_manager import ReplicaManager
 from cluster.server.zk_client import ZkClient
-from cluster.v2.election import NO_CONTROLLER_EPOCH, Election, Lock, lock_path
+from cluster.v2.election import NO_CONTROLLER_EPOCH, Election, Lock
 from cluster.v2.state_queue import CLOSE_REPLICA, Pending, StateChangeQueue, acts_on
 from cluster.zkpaths import NO_LEADER, BrokerRegistration, LeaderAndIsr, TopicAssignment, loads
 
@@ -65,9 +65,12 @@ class PartitionView:
 
 @dataclass(frozen=True)
 class ClusterView:
-    """One read of what clients are told: live brokers and every partition."""
+    """One read of what clients are told: live brokers and every partition;
+    plus the partitions an admin command is changing (their new replicas,
+    () for a deletion: docs/design.md#v2-admin)."""
     brokers: dict[int, BrokerRegistration]
     partitions: dict[TP, PartitionView]
+    marks: dict[TP, tuple[int, ...]]
 
 
 class Coordinator:
@@ -82,7 +85,8 @@ class Coordinator:
         self.election = Election(zk.kazoo, self.broker_id,
                                  unclean=cfg["unclean.leader.election.enable"])
         self.started: set[TP] = set()
-        self._locks: dict[TP, asyncio.Lock] = {}
+        self._dirty: set[TP] = set()       # partitions to look at again
+        self._running: set[TP] = set()     # partitions with a look running
         self._drain_lock = asyncio.Lock()
         self._refresh_now = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
@@ -118,7 +122,7 @@ class Coordinator:
         """After a session expiry: the locks this broker held are gone;
         look at every partition again."""
         for tp in sorted(self.started):
-            self._spawn(self._reconcile(tp))
+            self._kick(tp)
         self._refresh_now.set()
 
     # -- scheduling -----------------------------------------------------------------------------
@@ -150,8 +154,24 @@ class Coordinator:
         def changed(data, stat, event=None):
             if self._stopping or tp not in self.started:
                 return False                       # stop watching
-            self._from_kazoo(self._reconcile, tp)
-        DataWatch(self.zk.kazoo, lock_path(*tp), changed)
+            self.loop.call_soon_threadsafe(self._kick, tp)
+        DataWatch(self.zk.kazoo, zkpaths.leader_lock_path(*tp), changed)
+
+    def _kick(self, tp: TP) -> None:
+        """Look at partition `tp` again: at once, or right after the look
+        that is running (changes meanwhile are seen by that next look)."""
+        self._dirty.add(tp)
+        if tp not in self._running:
+            self._running.add(tp)
+            self._spawn(self._looks(tp))
+
+    async def _looks(self, tp: TP) -> None:
+        try:
+            while tp in self._dirty:
+                self._dirty.discard(tp)
+                await self._reconcile(tp)
+        finally:
+            self._running.discard(tp)
 
     # -- replicas -------------------------------------------------------------------------------
 
@@ -159,7 +179,7 @@ class Coordinator:
         """startReplica: watch the partition's lock; the watch's first call
         looks at the partition (elects, or follows its leader)."""
         if tp in self.started:
-            self._spawn(self._reconcile(tp))
+            self._kick(tp)
             return
         self.started.add(tp)
         await self.zk.call(self._watch_lock, tp)
@@ -174,32 +194,30 @@ class Coordinator:
     async def _reconcile(self, tp: TP) -> None:
         """Make this broker's replica match the partition's lock: take the
         lock when there is none and this broker may, else follow its holder."""
-        lock = self._locks.setdefault(tp, asyncio.Lock())
-        async with lock:
-            if self._stopping or tp not in self.started:
+        if self._stopping or tp not in self.started:
+            return
+        pv = await self.zk.call(self._read_partition, tp)
+        if self.broker_id not in pv.replicas:
+            return
+        if pv.held is None:
+            if pv.replicas[0] != self.broker_id:
+                await asyncio.sleep(self.preferred_wait_s)   # the preferred replica first
+            won = await self.zk.call(self.election.elect, *tp)
+            if won is not None:
+                log.info("V2: leads %s-%d at epoch %d, ISR %s", *tp, won.leader_epoch,
+                         list(won.isr))
+                self._apply(tp, pv, self.broker_id, won.leader_epoch, won)
                 return
             pv = await self.zk.call(self._read_partition, tp)
-            if self.broker_id not in pv.replicas:
-                return
             if pv.held is None:
-                if pv.replicas[0] != self.broker_id:
-                    await asyncio.sleep(self.preferred_wait_s)   # the preferred replica first
-                won = await self.zk.call(self.election.elect, *tp)
-                if won is not None:
-                    log.info("V2: leads %s-%d at epoch %d, ISR %s", *tp, won.leader_epoch,
-                             list(won.isr))
-                    self._apply(tp, pv, self.broker_id, won.leader_epoch, won)
-                    return
-                pv = await self.zk.call(self._read_partition, tp)
-                if pv.held is None:
-                    return        # may not lead; the next change of the lock or the brokers
-            held = pv.held
-            if held.lock.broker == self.broker_id:
-                if not held.ours:
-                    log.info("V2: %s-%d is locked by this broker's earlier session; waiting "
-                             "for it to expire", *tp)
-                return            # ours: we lead (applied when we won)
-            self._apply(tp, pv, held.lock.broker, held.lock.epoch, pv.state)
+                return        # may not lead; looked at again when the lock or the brokers change
+        held = pv.held
+        if held.lock.broker == self.broker_id:
+            if not held.ours:
+                log.info("V2: %s-%d is locked by this broker's earlier session; waiting "
+                         "for it to expire", *tp)
+            return            # ours: we lead (applied when we won)
+        self._apply(tp, pv, held.lock.broker, held.lock.epoch, pv.state)
 
     def _apply(self, tp: TP, pv: PartitionView, leader: int, epoch: int,
                state: LeaderAndIsr | None) -> None:
@@ -224,7 +242,7 @@ class Coordinator:
         for tp in sorted(self.started):
             p = self.rm.partition(tp)
             if p is None or not p.is_leader:
-                self._spawn(self._reconcile(tp))
+                self._kick(tp)
         self._refresh_now.set()
 
     # -- the state-change queue ---------------------------------------------------------------
@@ -261,8 +279,13 @@ class Coordinator:
                 view = await self.zk.call(self._read_cluster)
                 self._update_metadata(view)
                 for tp, pv in sorted(view.partitions.items()):
-                    if self.broker_id in pv.replicas and tp not in self.started:
-                        await self._start_replica(tp)     # newly assigned here
+                    if self.broker_id not in pv.replicas:
+                        continue
+                    if tp not in self.started:
+                        if tp not in view.marks or self.broker_id in view.marks[tp]:
+                            await self._start_replica(tp)     # newly assigned here
+                    elif pv.held is None:
+                        self._kick(tp)                        # still leaderless: try again
             except asyncio.CancelledError:
                 raise
             except Exception as e:
@@ -321,11 +344,23 @@ class Coordinator:
                 tp = (topic, p)
                 partitions[tp] = PartitionView(replicas, assignment.topic_id, self._held(tp),
                                                self._state(tp))
-        return ClusterView(brokers, partitions)
+        marks = {}
+        try:
+            marked_topics = kazoo.get_children(zkpaths.PARTITIONS_REASSIGNED)
+        except NoNodeError:
+            marked_topics = []
+        for topic in marked_topics:
+            try:
+                for p in kazoo.get_children(zkpaths.partitions_reassigned_path(topic)):
+                    data = kazoo.get(zkpaths.partitions_reassigned_path(topic, int(p)))[0]
+                    marks[(topic, int(p))] = tuple(loads(data) or ())
+            except NoNodeError:
+                continue
+        return ClusterView(brokers, partitions, marks)
 
     def _held(self, tp: TP) -> Held | None:
         try:
-            data, stat = self.zk.kazoo.get(lock_path(*tp))
+            data, stat = self.zk.kazoo.get(zkpaths.leader_lock_path(*tp))
         except NoNodeError:
             return None
         d = loads(data)

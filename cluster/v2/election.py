@@ -37,13 +37,9 @@ class Lock:
     epoch: int
 
 
-def lock_path(topic: str, partition: int) -> str:
-    return f"{zkpaths.partition_path(topic, partition)}/leader"
-
-
 def current_lock(zk: KazooClient, topic: str, partition: int) -> Lock | None:
     try:
-        data, _ = zk.get(lock_path(topic, partition))
+        data, _ = zk.get(zkpaths.leader_lock_path(topic, partition))
     except NoNodeError:
         return None
     d = loads(data)
@@ -94,7 +90,7 @@ class Election:
         epoch = 0 if state is None else state.leader_epoch + 1
         try:
             self.zk.ensure_path(zkpaths.partition_path(topic, partition))
-            self.zk.create(lock_path(topic, partition), dumps({"broker": self.broker_id,
+            self.zk.create(zkpaths.leader_lock_path(topic, partition), dumps({"broker": self.broker_id,
                                                                "epoch": epoch}),
                            ephemeral=True)
         except NodeExistsError:
@@ -109,7 +105,7 @@ class Election:
         lock = current_lock(self.zk, topic, partition)
         if lock is not None and lock.broker == self.broker_id:
             try:
-                self.zk.delete(lock_path(topic, partition))
+                self.zk.delete(zkpaths.leader_lock_path(topic, partition))
             except NoNodeError:
                 pass
 
@@ -134,7 +130,7 @@ class Election:
 
     def _set_lock_epoch(self, topic: str, partition: int, state: LeaderAndIsr | None) -> None:
         epoch = 0 if state is None else state.leader_epoch + 1
-        self.zk.set(lock_path(topic, partition), dumps({"broker": self.broker_id, "epoch": epoch}))
+        self.zk.set(zkpaths.leader_lock_path(topic, partition), dumps({"broker": self.broker_id, "epoch": epoch}))
 
     def _replicas(self, topic: str, partition: int) -> tuple[int, ...]:
         try:

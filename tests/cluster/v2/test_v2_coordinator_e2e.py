@@ -112,3 +112,32 @@ def test_a_v2_broker_closes_a_replica_its_queue_asks_it_to_close(brokers, zk):
     wait_until(lambda: not replica_dir.exists(), 30, "the queued close-replica carried out")
     wait_until(lambda: StateChangeQueue(zk, 3).pending() == [], 10, "the request taken")
     assert (brokers[3].log_dir / f"{T}-0").exists() and (brokers[3].log_dir / f"{T}-2").exists()
+
+
+def test_v2_admin_creates_a_topic_and_deletes_it_while_a_broker_is_down(brokers, zk):
+    """The V2 admin commands: create through the queues; delete with broker 3
+    down: the others drop their replicas at once, broker 3 when it is back
+    and drains its queue."""
+    from cluster.v2 import admin as v2admin
+    from cluster.v2.state_queue import StateChangeQueue
+    for b in brokers.values():
+        b.wait_registered(zk)
+    v2admin.create_topic(zk, T, {p: list(r) for p, r in ASSIGNMENT.items()})
+    wait_until(lambda: leaders(zk) == {0: 1, 1: 2, 2: 3}, 30, "preferred leaders")
+    assert not zk.exists(zkpaths.partitions_reassigned_path(T))     # unmarked
+    dirs = {b: [brokers[b].log_dir / f"{T}-{p}" for p in ASSIGNMENT] for b in brokers}
+    wait_until(lambda: all(d.exists() for ds in dirs.values() for d in ds), 30,
+               "every replica on disk")
+
+    brokers[3].kill()
+    wait_until(lambda: not zk.exists(zkpaths.broker_path(3)), 30, "broker 3's session gone")
+    assert v2admin.delete_topic(zk, T) == [3]        # its close-replicas wait in its queue
+    assert not zk.exists(zkpaths.topic_path(T))
+    wait_until(lambda: not any(d.exists() for b in (1, 2) for d in dirs[b]), 30,
+               "the live brokers' replicas deleted")
+    assert all(d.exists() for d in dirs[3])
+    assert len(StateChangeQueue(zk, 3).pending()) == 3
+
+    brokers[3].start().wait_registered(zk)
+    assert not any(d.exists() for d in dirs[3]), "registered before draining its queue"
+    assert StateChangeQueue(zk, 3).pending() == []

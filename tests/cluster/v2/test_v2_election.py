@@ -78,7 +78,7 @@ def test_a_deposed_leaders_isr_write_fails_after_the_new_election(zk, sessions):
     zk.set(zkpaths.leader_and_isr_path(T, 0), LeaderAndIsr(1, 0, (1, 2), -1).encode(),
            version=mine.zk_version)
     held = read_state(zk)                        # what leader 1 holds in memory
-    zk.delete(f"{zkpaths.partition_path(T, 0)}/leader")   # its lock lost (session expiry)
+    zk.delete(zkpaths.leader_lock_path(T, 0))   # its lock lost (session expiry)
     assert election(two, 2).elect(T, 0).leader == 2
     with pytest.raises(BadVersionError):         # leader 1 tries to shrink the ISR to itself
         one.set(zkpaths.leader_and_isr_path(T, 0), LeaderAndIsr(1, 0, (1,), -1).encode(),

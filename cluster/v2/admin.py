@@ -1,0 +1,153 @@
+"""The V2 admin commands: create and delete topics (docs/design.md#v2-admin).
+
+Without a controller, an admin command tells the brokers itself, through
+their state-change queues (cluster/v2/state_queue.py), and marks the
+partitions it is changing under /brokers/partitions_reassigned so that a
+broker reading the assignment meanwhile does not act on a half-made change:
+
+  create: mark each partition with its replicas, queue start-replica to
+          each replica, wait until the live ones took theirs, write the
+          assignment, unmark;
+  delete: mark each partition with [] (deleted), queue close-replica to each
+          replica, wait until the live ones took theirs, remove the topic,
+          unmark. A broker that is down finds its close-replica in its queue
+          when it comes back.
+
+Blocking kazoo calls.
+"""
+from __future__ import annotations
+
+import json
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from cluster import zkpaths
+from cluster.deadline import wait_until
+from cluster.v2.state_queue import (CLOSE_REPLICA, NO_EPOCH, START_REPLICA, StateChange,
+                                    StateChangeQueue)
+from cluster.zkpaths import TopicAssignment
+
+SENDER = "admin"
+
+
+class V2AdminError(Exception):
+    """The command could not be carried out; the message says why and what to do."""
+
+
+def create_topic(zk: KazooClient, topic: str, assignment: dict[int, list[int]],
+                 timeout_s: float = 30.0) -> None:
+    """Create `topic` with `assignment` (partition -> replicas, the first
+    preferred). A failed earlier attempt is cleaned up first; if a live
+    replica does not take its start-replica within `timeout_s` the command
+    fails and its marks stay for the next attempt to clean up."""
+    if zk.exists(zkpaths.topic_path(topic)):
+        raise V2AdminError(f"topic {topic!r} already exists")
+    clean_failed_creation(zk, topic)
+    for p, replicas in sorted(assignment.items()):
+        _mark(zk, topic, p, replicas)
+    queued = _queue_to_replicas(zk, topic, assignment, START_REPLICA)
+    left = _wait_taken(zk, queued, timeout_s, live_only=False)
+    if left:
+        raise V2AdminError(
+            f"creating {topic!r}: brokers {sorted(left)} did not take their start-replica "
+            f"within {timeout_s:g} s; start them and create the topic again (the next attempt "
+            "cleans this one up)")
+    try:
+        zk.create(zkpaths.topic_path(topic), TopicAssignment(
+            {p: tuple(r) for p, r in assignment.items()}, zkpaths.new_topic_id()).encode())
+    except NodeExistsError:
+        raise V2AdminError(f"topic {topic!r} was created meanwhile by someone else") from None
+    _unmark(zk, topic)
+
+
+def clean_failed_creation(zk: KazooClient, topic: str) -> None:
+    """The seed's cleanup of a creation that stopped half-way: close the
+    replicas its marks name and remove the marks. A mark of a partition
+    that exists is not a failed creation: refuse."""
+    for p in sorted(_marked(zk, topic)):
+        if zk.exists(zkpaths.topic_path(topic)):
+            raise V2AdminError(f"topic {topic!r} exists with live partitions")
+        replicas = json.loads(zk.get(zkpaths.partitions_reassigned_path(topic, p))[0] or b"[]")
+        _queue_to_replicas(zk, topic, {p: replicas}, CLOSE_REPLICA)
+    _unmark(zk, topic)
+
+
+def delete_topic(zk: KazooClient, topic: str, timeout_s: float = 30.0) -> list[int]:
+    """Delete `topic`. Returns the brokers that were down and still hold
+    their close-replica in their queues (they act on it when they return).
+    Choice (docs/design.md#v2-admin): the command queues the close-replicas
+    itself, so a partition whose leader is down is deleted too; it waits
+    for the live replicas only."""
+    try:
+        assignment = TopicAssignment.decode(zk.get(zkpaths.topic_path(topic))[0])
+    except NoNodeError:
+        raise V2AdminError(f"topic {topic!r} does not exist") from None
+    parts = {p: list(r) for p, r in assignment.partitions.items()}
+    for p in sorted(parts):
+        _mark(zk, topic, p, [])
+    queued = _queue_to_replicas(zk, topic, parts, CLOSE_REPLICA)
+    left = _wait_taken(zk, queued, timeout_s, live_only=True)
+    if left:
+        raise V2AdminError(
+            f"deleting {topic!r}: live brokers {sorted(left)} did not take their close-replica "
+            f"within {timeout_s:g} s; the topic stays marked: run the delete again")
+    zk.delete(zkpaths.topic_path(topic), recursive=True)
+    _unmark(zk, topic)
+    return sorted({b for b, names in queued.items() if _still_queued(zk, b, names)})
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+def _mark(zk: KazooClient, topic: str, partition: int, replicas: list[int]) -> None:
+    path = zkpaths.partitions_reassigned_path(topic, partition)
+    zk.ensure_path(zkpaths.partitions_reassigned_path(topic))
+    data = json.dumps(list(replicas)).encode()
+    try:
+        zk.create(path, data)
+    except NodeExistsError:
+        zk.set(path, data)
+
+
+def _marked(zk: KazooClient, topic: str) -> list[int]:
+    try:
+        return [int(p) for p in zk.get_children(zkpaths.partitions_reassigned_path(topic))]
+    except NoNodeError:
+        return []
+
+
+def _unmark(zk: KazooClient, topic: str) -> None:
+    try:
+        zk.delete(zkpaths.partitions_reassigned_path(topic), recursive=True)
+    except NoNodeError:
+        pass
+
+
+def _queue_to_replicas(zk: KazooClient, topic: str, assignment: dict[int, list[int]],
+                       op: str) -> dict[int, set[str]]:
+    """Queue `op` for every replica; broker -> the names of its requests."""
+    queued: dict[int, set[str]] = {}
+    for p, replicas in sorted(assignment.items()):
+        for b in replicas:
+            name = StateChangeQueue(zk, b).put(StateChange(op, topic, p, NO_EPOCH, SENDER))
+            queued.setdefault(b, set()).add(name)
+    return queued
+
+
+def _still_queued(zk: KazooClient, broker: int, names: set[str]) -> bool:
+    try:
+        return bool(names & set(zk.get_children(zkpaths.state_queue_path(broker))))
+    except NoNodeError:
+        return False
+
+
+def _wait_taken(zk: KazooClient, queued: dict[int, set[str]], timeout_s: float,
+                live_only: bool) -> set[int]:
+    """Wait until the brokers took their requests (`live_only`: the
+    registered ones); the brokers that did not."""
+    def left() -> set[int]:
+        live = {int(b) for b in zk.get_children(zkpaths.BROKER_IDS)}
+        return {b for b, names in queued.items()
+                if (b in live or not live_only) and _still_queued(zk, b, names)}
+    wait_until(lambda: not left(), timeout_s, 0.1)
+    return left()

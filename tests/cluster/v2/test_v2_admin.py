@@ -1,0 +1,46 @@
+"""The V2 admin commands against a real ZooKeeper with no brokers (nothing
+takes the queued requests): the failure paths. Brokers carrying them out:
+test_v2_coordinator_e2e.py."""
+from __future__ import annotations
+
+import pytest
+
+from cluster import zkpaths
+from cluster.v2 import admin
+from cluster.v2.state_queue import CLOSE_REPLICA, START_REPLICA, StateChangeQueue
+from cluster.zkpaths import TopicAssignment
+
+
+def ops(zk, broker):
+    return [(p.change.op, p.change.partition) for p in StateChangeQueue(zk, broker).pending()]
+
+
+def test_a_creation_nobody_takes_fails_and_the_next_attempt_cleans_it_up(zk):
+    zk.ensure_path(zkpaths.BROKER_IDS)
+    with pytest.raises(admin.V2AdminError, match=r"brokers \[1, 2\] did not take their "
+                                                 r"start-replica within 0.3 s"):
+        admin.create_topic(zk, "t", {0: [1, 2]}, timeout_s=0.3)
+    assert not zk.exists(zkpaths.topic_path("t"))
+    assert zk.get(zkpaths.partitions_reassigned_path("t", 0))[0] == b"[1, 2]"
+    admin.clean_failed_creation(zk, "t")
+    assert not zk.exists(zkpaths.partitions_reassigned_path("t"))
+    assert ops(zk, 1) == ops(zk, 2) == [(START_REPLICA, 0), (CLOSE_REPLICA, 0)]
+
+
+def test_existing_and_missing_topics_are_refused(zk):
+    zk.ensure_path(zkpaths.TOPICS)
+    zk.create(zkpaths.topic_path("here"), TopicAssignment({0: (1,)}).encode())
+    with pytest.raises(admin.V2AdminError, match="topic 'here' already exists"):
+        admin.create_topic(zk, "here", {0: [1]})
+    with pytest.raises(admin.V2AdminError, match="topic 'gone' does not exist"):
+        admin.delete_topic(zk, "gone")
+
+
+def test_a_delete_with_every_replica_down_queues_the_closes_and_removes_the_topic(zk):
+    zk.ensure_path(zkpaths.BROKER_IDS)
+    zk.ensure_path(zkpaths.TOPICS)
+    zk.create(zkpaths.topic_path("t"), TopicAssignment({0: (1, 2), 1: (2, 3)}).encode())
+    assert admin.delete_topic(zk, "t", timeout_s=1) == [1, 2, 3]
+    assert not zk.exists(zkpaths.topic_path("t"))
+    assert not zk.exists(zkpaths.partitions_reassigned_path("t"))
+    assert ops(zk, 2) == [(CLOSE_REPLICA, 0), (CLOSE_REPLICA, 1)]
