@@ -160,11 +160,13 @@ class MetadataSampler(PeriodicSampler):
 
 # -- the end of a run ---------------------------------------------------------------------------
 
-def _not_recovered(state: dict[str, Any], brokers: list[int]) -> list[str]:
-    """What keeps the cluster from full health in one ZooKeeper state."""
+def _not_recovered(state: dict[str, Any], brokers: list[int], controller: bool = True
+                   ) -> list[str]:
+    """What keeps the cluster from full health in one ZooKeeper state
+    (`controller`: the cluster has one; V2 coordination has none)."""
     live = set(state["live_brokers"])
     wrong = [f"broker {b} not registered" for b in brokers if b not in live]
-    if state["controller"] is None:
+    if controller and state["controller"] is None:
         wrong.append("no controller")
     for tp in state["reassigning"]:
         wrong.append(f"{tp}: reassignment pending")
@@ -201,17 +203,19 @@ def metadata_state(cluster: Any, topics: set[str], *, probe: bool = False) -> di
 
 
 def await_recovery(state: Callable[[], dict[str, Any]], observations: Observations,
-                   brokers: list[int], *, healed_at: int, bound_s: float) -> dict[str, Any]:
+                   brokers: list[int], *, healed_at: int, bound_s: float,
+                   controller: bool = True) -> dict[str, Any]:
     """After the final heal: wait until every broker is registered, there is
-    a controller, no reassignment is pending and every partition has a live
-    leader and its full ISR, in the readings `state()` returns
-    (`zookeeper_state` or `metadata_state`); at most `bound_s`. Writes and
-    returns the `recovery` observation."""
+    a controller (unless the cluster has none: `controller`), no
+    reassignment is pending and every partition has a live leader and its
+    full ISR, in the readings `state()` returns (`zookeeper_state` or
+    `metadata_state`); at most `bound_s`. Writes and returns the `recovery`
+    observation."""
     last: list[str] = ["the cluster's state could not be read"]
 
     def healthy() -> bool:
         nonlocal last
-        last = _not_recovered(state(), brokers)
+        last = _not_recovered(state(), brokers, controller)
         return not last
 
     ok = wait_until(healthy, bound_s, 0.5, retry_on=(Exception,))

@@ -316,9 +316,11 @@ class Run:
         healed_at = self.recorder.now()
         self.outcome["final_heal"] = self.heal(final=True)
         self.phase = "recovery"
+        v2 = str(self.cluster.spec.broker_config.get("coordination", "")) == "v2"
         recovery = await_recovery(self._state(probe=True), self.observations,
                                   [n.broker_id for n in self.cluster.brokers()],
-                                  healed_at=healed_at, bound_s=RECOVERY_BOUND_S)
+                                  healed_at=healed_at, bound_s=RECOVERY_BOUND_S,
+                                  controller=not v2)
         self.outcome["recovery"] = {k: recovery[k] for k in ("recovered", "detail")}
         self.phase = "quiet"
         time.sleep(quiet_s)

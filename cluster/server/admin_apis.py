@@ -17,6 +17,7 @@ settings under their topic-level names.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Iterable
@@ -169,7 +170,10 @@ class AdminApis:
         self.defaults = (cfg["num.partitions"], cfg["default.replication.factor"])
         self.metadata = metadata
         self.zk = zk
-        self.is_controller = is_controller
+        # V2 has no controller: any broker carries out the V2 admin
+        # commands (docs/design.md#v2-admin).
+        self.v2 = cfg["coordination"] == "v2"
+        self.is_controller = (lambda: True) if self.v2 else is_controller
 
     async def _serve(self, names: list[str], act: Callable[[int], Awaitable[Refusal | None]],
                      timeout_ms: int, done: Callable[[int], Callable[[], bool]] | None,
@@ -208,9 +212,9 @@ class AdminApis:
 
         def act(i: int) -> Awaitable[Refusal | None]:
             t = topics[i]
-            return self.zk.call(self._create, t.name, t.num_partitions, t.replication_factor,
-                                {a.partition_index: list(a.broker_ids) for a in t.assignments},
-                                [c.name for c in t.configs], validate_only)
+            return self._call(self._create, t.name, t.num_partitions, t.replication_factor,
+                              {a.partition_index: list(a.broker_ids) for a in t.assignments},
+                              [c.name for c in t.configs], validate_only)
 
         def led(i: int) -> Callable[[], bool]:
             return lambda: self._has_leaders(topics[i].name)
@@ -237,6 +241,9 @@ class AdminApis:
             return None
         partitions = self.defaults[0] if num_partitions == -1 else num_partitions
         rf = self.defaults[1] if replication_factor == -1 else replication_factor
+        if self.v2:
+            return self._create_v2(name, plan or admin.assign_replicas(
+                admin.live_ids(kz), partitions, rf))
         try:
             admin.create_topic(kz, name, partitions, rf, replica_assignment=plan)
         except admin.AdminError as e:
@@ -244,6 +251,24 @@ class AdminApis:
             return Refusal(E.TOPIC_ALREADY_EXISTS if exists else E.UNKNOWN_SERVER_ERROR, str(e))
         log.info("CreateTopics: topic %s created", name)
         return None
+
+    def _create_v2(self, name: str, assignment: dict[int, list[int]]) -> Refusal | None:
+        """On a thread of its own (_call): create through the V2 admin command."""
+        from cluster.v2 import admin as v2admin
+        try:
+            v2admin.create_topic(self.zk.kazoo, name, assignment)
+        except v2admin.V2AdminError as e:
+            return Refusal(E.UNKNOWN_SERVER_ERROR, str(e))
+        log.info("CreateTopics: topic %s created (V2)", name)
+        return None
+
+    def _call(self, fn: Callable, *args: Any) -> Awaitable[Any]:
+        """Run blocking `fn`: on the ZooKeeper thread, or in V2 on a thread
+        of its own (a V2 command waits until this broker's V2 component,
+        which needs the ZooKeeper thread, took its queued request)."""
+        if self.v2:
+            return asyncio.get_running_loop().run_in_executor(None, fn, *args)
+        return self.zk.call(fn, *args)
 
     def _has_leaders(self, topic: str) -> bool:
         parts = self.metadata.partitions_of(topic).values()
@@ -255,7 +280,7 @@ class AdminApis:
         names = list(req.topic_names)
 
         async def act(i: int) -> Refusal | None:
-            if await self.zk.call(self._mark_for_deletion, names[i]):
+            if await self._call(self._mark_for_deletion, names[i]):
                 return None
             return Refusal(E.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {names[i]!r}")
 
@@ -269,6 +294,16 @@ class AdminApis:
         kz = self.zk.kazoo
         if kz.exists(zkpaths.topic_path(name)) is None:
             return False
+        if self.v2:
+            from cluster.v2 import admin as v2admin
+            try:
+                down = v2admin.delete_topic(kz, name)
+            except v2admin.V2AdminError as e:
+                log.warning("DeleteTopics: %s", e)
+                return True          # marked; the client's timeout says it is not done
+            log.info("DeleteTopics: topic %s deleted (V2); brokers %s act on it when back",
+                     name, down)
+            return True
         try:
             kz.create(zkpaths.delete_topic_path(name), b"", makepath=True)
         except NodeExistsError:
@@ -301,6 +336,9 @@ class AdminApis:
 
     def _add_partitions(self, name: str, count: int, assignments: list[list[int]] | None,
                         validate_only: bool) -> Refusal | None:
+        if self.v2:
+            return Refusal(E.INVALID_REQUEST, "adding partitions is not built for "
+                                              "coordination=v2 yet (docs/design.md#v2)")
         kz = self.zk.kazoo
         try:
             data, _ = kz.get(zkpaths.topic_path(name))

@@ -311,8 +311,12 @@ class Coordinator:
                 if (t, p) not in view.partitions:
                     states.append(PartitionState(t, p, LEADER_DURING_DELETE, -1, (), -1, ()))
         brokers = tuple(BrokerEndpoint(b, r.host, r.port) for b, r in sorted(view.brokers.items()))
+        # Clients send admin requests to the controller Metadata names. V2 has
+        # none and any broker serves them: name the lowest live broker, the
+        # same on every broker (docs/design.md#v2-broker).
+        admin_broker = min(view.brokers, default=-1)
         self.rm.handle_update_metadata(UpdateMetadataRequest(
-            -1, NO_CONTROLLER_EPOCH, tuple(states), brokers, broker_id=self.broker_id))
+            admin_broker, NO_CONTROLLER_EPOCH, tuple(states), brokers, broker_id=self.broker_id))
 
     # -- ZooKeeper reads (on the ZooKeeper thread) ----------------------------------------------
 

@@ -35,3 +35,8 @@ def test_what_else_keeps_it_unrecovered():
                                   partitions=[{**p, "isr": [1, 2]}]), [1, 2, 3])
     assert wrong == ["broker 3 not registered", "no controller", "t/0: reassignment pending",
                      "t/0: ISR [1, 2] of replicas [1, 2, 3]"]
+
+
+def test_a_cluster_without_a_controller_needs_none():
+    """Coordination V2 has no controller (docs/design.md#v2)."""
+    assert _not_recovered(_state(controller=None), [1, 2, 3], controller=False) == []
