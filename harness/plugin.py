@@ -14,7 +14,9 @@ Fixtures:
 Options: --chaoslog-backend docker|local, --chaoslog-keep (leave the clusters of
 a failed test up for inspection), --chaoslog-target chaoslog|tansu (the
 clusters run tansu instead of the built-in broker; only the tests marked
-`any_target` run). When a test fails, every node's log is
+`any_target` run), --chaoslog-coordination controller|v2 (the built-in
+broker's coordination mode; with v2 only the tests marked `any_coordination`
+run). When a test fails, every node's log is
 attached to its report. Teardown removes every container, network, process
 and file a test made, also on failure or Ctrl-C; what a killed earlier
 session left behind is reaped by label when the next session starts.
@@ -49,6 +51,9 @@ def pytest_addoption(parser):
     group.addoption("--chaoslog-target", choices=TARGETS, default="chaoslog",
                     help="the system the clusters run: chaoslog (the built-in broker) or tansu "
                          "(its opt-in image; only tests marked any_target run)")
+    group.addoption("--chaoslog-coordination", choices=("controller", "v2"), default="controller",
+                    help="the built-in broker's coordination mode (docs/design.md#v2); with v2 "
+                         "only tests marked any_coordination run")
 
 
 def pytest_configure(config):
@@ -59,6 +64,8 @@ def pytest_configure(config):
         "proxied: route the `cluster` fixture's links through the proxy",
         "docker: needs a Docker engine (skipped with the local backend)",
         "any_target: runs against any --chaoslog-target (the others: the built-in broker only)",
+        "any_coordination: runs in either --chaoslog-coordination (the others: the controller "
+        "mode only)",
     ):
         config.addinivalue_line("markers", line)
 
@@ -106,6 +113,13 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "any_target" not in item.keywords:
                 item.add_marker(skip)
+    coordination = config.getoption("--chaoslog-coordination")
+    if coordination != "controller":
+        skip = pytest.mark.skip(reason=f"tests the controller mode; --chaoslog-coordination "
+                                       f"{coordination} runs only the tests marked any_coordination")
+        for item in items:
+            if "any_coordination" not in item.keywords:
+                item.add_marker(skip)
     backend = config.getoption("--chaoslog-backend")
     if backend == "local":
         skip = pytest.mark.skip(reason="needs the docker backend (run with --chaoslog-backend docker)")
@@ -117,9 +131,11 @@ def pytest_collection_modifyitems(config, items):
 class ClusterFactory:
     """Makes clusters and removes them when its scope ends."""
 
-    def __init__(self, backend: str, keep_on_failure: bool, target: str = "chaoslog"):
+    def __init__(self, backend: str, keep_on_failure: bool, target: str = "chaoslog",
+                 coordination: str = "controller"):
         self.backend = backend
         self.target = target
+        self.coordination = coordination
         self.keep_on_failure = keep_on_failure
         self.clusters: list[Cluster] = []
         self.on_create: Callable[[Cluster], None] | None = None
@@ -133,9 +149,11 @@ class ClusterFactory:
             from harness.backends.tansu import TansuCluster, TansuSpec
             cluster: Cluster = TansuCluster(TansuSpec(name=name, brokers=brokers, proxied=proxied))
         else:
+            cfg = dict(broker_config or {})
+            if self.coordination != "controller":
+                cfg.setdefault("coordination", self.coordination)
             spec = ClusterSpec(name=name, brokers=brokers, zookeepers=zookeepers,
-                               broker_config=dict(broker_config or {}), proxied=proxied,
-                               **spec_kw)
+                               broker_config=cfg, proxied=proxied, **spec_kw)
             cluster = make_cluster(spec, backend or self.backend)
         _LIVE[name] = cluster
         self.clusters.append(cluster)
@@ -164,7 +182,8 @@ class ClusterFactory:
 
 def _factory(request, backend: str) -> ClusterFactory:
     f = ClusterFactory(backend, request.config.getoption("--chaoslog-keep"),
-                       request.config.getoption("--chaoslog-target"))
+                       request.config.getoption("--chaoslog-target"),
+                       request.config.getoption("--chaoslog-coordination"))
     node = request.node
     if isinstance(node, pytest.Item):
         f.on_create = lambda c: node.stash.setdefault(_CLUSTERS_OF_ITEM, []).append(c)

@@ -377,12 +377,17 @@ def _instances(s: dict, ctx: dict | None) -> str:
 
 def _system(cluster: dict) -> str:
     """Which system ran, and its size: "tansu, 3 brokers" (run.json `cluster`;
-    older runs name no system: the built-in broker)."""
+    older runs name no system: the built-in broker), and for the built-in
+    broker its coordination mode: "chaoslog (V2 coordination), 3 brokers"."""
     if not cluster:
         return ""
     n = cluster.get("brokers")
     size = f", {n} broker{'s' if n != 1 else ''}" if isinstance(n, int) else ""
-    return f"{cluster.get('system') or 'chaoslog'}{size}"
+    system = cluster.get("system") or "chaoslog"
+    if system == "chaoslog":
+        mode = str((cluster.get("broker_config") or {}).get("coordination") or "controller")
+        system += " (V2 coordination)" if mode == "v2" else " (controller)"
+    return f"{system}{size}"
 
 
 def render(summary: dict, run_json: dict, ctx: dict | None = None) -> str:

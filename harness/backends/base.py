@@ -28,6 +28,20 @@ STOPPED = "stopped"
 PAUSED = "paused"
 
 
+def v2_refusal(fault: str, target: str | None = None) -> str | None:
+    """Why `fault` cannot run against the built-in broker in V2 coordination
+    (docs/design.md#v2): it has no controller to aim at, and the admin
+    operations of the fault catalogue (elections, reassignment, adding
+    partitions, re-creating a topic through the controller's znodes) are not
+    built for it yet."""
+    from faults.injectors import kind
+    if (target or "").partition(":")[0] == "controller":
+        return f"V2 coordination cannot run {fault} at the controller: it has none"
+    if kind(fault).family == "admin":
+        return f"V2 coordination cannot run {fault}: its admin operations are not built yet"
+    return None
+
+
 class ClusterError(RuntimeError):
     """Something about a cluster cannot be done; the message says what to do."""
 
@@ -198,7 +212,10 @@ class Cluster(abc.ABC):
     def refuses(self, fault: str, target: str | None = None) -> str | None:
         """Why `fault` of the catalogue, aimed at `target`, cannot run against
         this cluster, or None. A run refuses such a fault before it starts;
-        it never skips it. The built-in clusters can run every fault."""
+        it never skips it. The built-in clusters can run every fault, except
+        in V2 coordination (`v2_refusal`)."""
+        if str(self.spec.broker_config.get("coordination", "")) == "v2":
+            return v2_refusal(fault, target)
         return None
 
     # --- the Kafka protocol's view -------------------------------------

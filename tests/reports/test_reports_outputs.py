@@ -175,5 +175,7 @@ def test_the_spark_checker_keeps_the_jvm_quiet(runs, tmp_path):
 def test_the_report_names_the_system_that_ran():
     from reports.report import _system
     assert _system({"system": "tansu", "brokers": 3}) == "tansu, 3 brokers"
-    assert _system({"brokers": 1}) == "chaoslog, 1 broker"      # older runs name none
+    assert _system({"brokers": 1}) == "chaoslog (controller), 1 broker"  # older runs name none
+    assert _system({"system": "chaoslog", "brokers": 3, "broker_config": {
+        "coordination": "v2"}}) == "chaoslog (V2 coordination), 3 brokers"
     assert _system({}) == ""

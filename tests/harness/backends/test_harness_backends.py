@@ -159,3 +159,18 @@ def test_proxied_links_cut_a_broker_off_zookeeper(cluster_factory, backend):
     toxiproxy.get_proxy("broker-2_to_zk-1").enable()
     c.wait_brokers_registered(["broker-2"], timeout=60)
     assert registered_brokers(c.zookeeper_connect) == {1, 2, 3}
+
+
+def test_v2_coordination_refuses_the_controller_role_and_the_admin_faults():
+    """docs/design.md#v2: no controller, and the catalogue's admin
+    operations go through the controller's znodes."""
+    from harness.backends.base import v2_refusal
+    assert v2_refusal("kill", "leader") is None
+    assert v2_refusal("kill", "controller") == ("V2 coordination cannot run kill at the "
+                                                "controller: it has none")
+    assert "admin operations are not built yet" in v2_refusal("elect-preferred", None)
+    assert v2_refusal("partition-isolate", "random") is None
+    spec = ClusterSpec(name="v2", brokers=3, broker_config={"coordination": "v2"})
+    assert make_cluster(spec, "local").refuses("zk-expire", "controller")
+    assert make_cluster(ClusterSpec(name="v1", brokers=3), "local").refuses(
+        "zk-expire", "controller") is None
