@@ -26,7 +26,7 @@ from cluster import zkpaths
 from cluster.deadline import wait_until
 from cluster.controller.assignment import AssignmentError, assign_replicas
 from cluster.controller.state_change_log import read_state_log
-from cluster.zkpaths import BrokerRegistration, LeaderAndIsr, TopicAssignment
+from cluster.zkpaths import BrokerRegistration, TopicAssignment
 
 TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
@@ -90,12 +90,10 @@ def describe_topic(zk: KazooClient, topic: str) -> dict[str, Any]:
     "replicas", "isr"}]}; leader -1 and empty ISR when there is none yet."""
     ta, _ = _assignment(zk, topic)
     parts = sorted(ta.partitions)
-    pend = [(p, zk.get_async(zkpaths.leader_and_isr_path(topic, p))) for p in parts]
     out = []
-    for p, a in pend:
+    for p in parts:
         try:
-            data, stat = a.get()
-            lai = LeaderAndIsr.decode(data, stat.version)
+            lai = zkpaths.read_leader_and_isr(zk, topic, p)
             leader, epoch, isr = lai.leader, lai.leader_epoch, list(lai.isr)
         except NoNodeError:
             leader, epoch, isr = zkpaths.NO_LEADER, -1, []

@@ -181,6 +181,29 @@ class TopicAssignment:
                    str(d.get("topic_id") or ""))
 
 
+# leaderAndISR's controller_epoch when no controller wrote it (V2 coordination).
+V2_CONTROLLER_EPOCH = -1
+
+
+def read_leader_and_isr(zk: Any, topic: str, partition: int) -> LeaderAndIsr:
+    """The partition's leaderAndISR as a reader should take it (kazoo's
+    NoNodeError when there is none). In V2 coordination (written with
+    controller_epoch -1) the leader is the holder of the leader lock, none
+    (-1) while no one holds it: no controller marks a V2 partition whose
+    leader died as offline (docs/design.md#v2)."""
+    from kazoo.exceptions import NoNodeError
+    data, stat = zk.get(leader_and_isr_path(topic, partition))
+    lai = LeaderAndIsr.decode(data, stat.version)
+    if lai.controller_epoch != V2_CONTROLLER_EPOCH:
+        return lai
+    try:
+        lock = loads(zk.get(leader_lock_path(topic, partition))[0]) or {}
+        leader, epoch = int(lock["broker"]), max(int(lock["epoch"]), lai.leader_epoch)
+    except NoNodeError:
+        leader, epoch = NO_LEADER, lai.leader_epoch
+    return LeaderAndIsr(leader, epoch, lai.isr, lai.controller_epoch, lai.zk_version)
+
+
 def new_topic_id() -> str:
     """A fresh topic id: a random UUID in Kafka's form (URL-safe base64, no padding)."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()

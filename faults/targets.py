@@ -275,9 +275,11 @@ class ZooKeeperRoles:
             raise TargetError(f"cannot list live brokers ({type(e).__name__})") from None
 
     def partition(self, topic: str, partition: int) -> PartitionRoles:
-        data, stat = self._get(zkpaths.leader_and_isr_path(topic, partition),
-                               f"no leaderAndISR for {topic}/{partition}")
-        lai = zkpaths.LeaderAndIsr.decode(data, stat.version)
+        try:
+            lai = zkpaths.read_leader_and_isr(self._zk(), topic, partition)
+        except Exception as e:  # NoNodeError and connection trouble alike
+            raise TargetError(f"no leaderAndISR for {topic}/{partition} "
+                              f"({type(e).__name__})") from None
         return PartitionRoles(lai.leader, tuple(lai.isr))
 
     def assigned(self, topic: str, partition: int) -> tuple[int, ...]:

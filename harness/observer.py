@@ -92,11 +92,10 @@ def zookeeper_state(zk: Any) -> dict[str, Any]:
             continue  # deleted between the two reads
         for p, replicas in sorted(assignment.partitions.items()):
             try:
-                data, stat = zk.get(zkpaths.leader_and_isr_path(topic, p))
+                lai = zkpaths.read_leader_and_isr(zk, topic, p)
             except NoNodeError:
                 unelected.append(f"{topic}/{p}")  # assigned, no leader elected yet
                 continue
-            lai = zkpaths.LeaderAndIsr.decode(data, stat.version)
             partitions.append({"topic": topic, "partition": p, "replicas": list(replicas),
                                "leader": lai.leader, "leader_epoch": lai.leader_epoch,
                                "isr": sorted(lai.isr), "zk_version": lai.zk_version,

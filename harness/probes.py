@@ -80,8 +80,7 @@ class _Partition:
 
 
 def _read_state(zk: Any, topic: str, partition: int) -> _Partition:
-    data, stat = zk.get(zkpaths.leader_and_isr_path(topic, partition))
-    lai = zkpaths.LeaderAndIsr.decode(data, stat.version)
+    lai = zkpaths.read_leader_and_isr(zk, topic, partition)
     replicas = zkpaths.TopicAssignment.decode(zk.get(zkpaths.topic_path(topic))[0]).partitions[partition]
     controller = int((zkpaths.loads(zk.get(zkpaths.CONTROLLER)[0]) or {})["brokerid"])
     epoch = int(zk.get(zkpaths.CONTROLLER_EPOCH)[0])
@@ -138,8 +137,7 @@ def follower_unchanged(zk: Any, topic: str, partition: int, follower: int, host:
     """After the probes: the follower is not the leader (a consumer's
     ListOffsets is refused with NOT_LEADER_FOR_PARTITION), and the leader
     it serves in Metadata is the one ZooKeeper names. Returns what is wrong."""
-    data, _ = zk.get(zkpaths.leader_and_isr_path(topic, partition))
-    leader = zkpaths.LeaderAndIsr.decode(data).leader
+    leader = zkpaths.read_leader_and_isr(zk, topic, partition).leader
     wrong = []
     conn = kafka_wire.KafkaConnection(host, port, client_id="chaoslog-probe")
     try:

@@ -119,8 +119,7 @@ class ZkView:
         self.zk = zk
 
     def lai(self, topic: str = "t", partition: int = 0) -> zkpaths.LeaderAndIsr:
-        data, stat = self.zk.get(zkpaths.leader_and_isr_path(topic, partition))
-        return zkpaths.LeaderAndIsr.decode(data, stat.version)
+        return zkpaths.read_leader_and_isr(self.zk, topic, partition)
 
     def controller(self) -> int | None:
         try:

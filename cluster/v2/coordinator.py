@@ -37,9 +37,10 @@ from cluster.protocol.control import (BrokerEndpoint, LeaderAndIsrRequest, Parti
 from cluster.server.metadata_cache import LEADER_DURING_DELETE, MetadataCache
 from cluster.server.replica_manager import ReplicaManager
 from cluster.server.zk_client import ZkClient
-from cluster.v2.election import NO_CONTROLLER_EPOCH, Election, Lock
+from cluster.v2.election import Election, Lock
 from cluster.v2.state_queue import CLOSE_REPLICA, Pending, StateChangeQueue, acts_on
-from cluster.zkpaths import NO_LEADER, BrokerRegistration, LeaderAndIsr, TopicAssignment, loads
+from cluster.zkpaths import (NO_LEADER, V2_CONTROLLER_EPOCH, BrokerRegistration, LeaderAndIsr,
+                             TopicAssignment, loads)
 
 log = logging.getLogger("cluster.v2")
 
@@ -188,7 +189,7 @@ class Coordinator:
         """closeReplica: stop fetching, delete the replica."""
         self.started.discard(tp)
         self.rm.handle_stop_replica(StopReplicaRequest(
-            -1, NO_CONTROLLER_EPOCH, True, (TopicPartition(*tp),), broker_id=self.broker_id))
+            -1, V2_CONTROLLER_EPOCH, True, (TopicPartition(*tp),), broker_id=self.broker_id))
         log.info("V2: closed replica %s-%d", *tp)
 
     async def _reconcile(self, tp: TP) -> None:
@@ -229,7 +230,7 @@ class Coordinator:
         reg = self.metadata.endpoint(leader)
         if reg is not None:
             endpoints = (BrokerEndpoint(leader, *reg),)
-        req = LeaderAndIsrRequest(-1, NO_CONTROLLER_EPOCH, False, (PartitionState(
+        req = LeaderAndIsrRequest(-1, V2_CONTROLLER_EPOCH, False, (PartitionState(
             tp[0], tp[1], leader, epoch, isr, version, pv.replicas, pv.topic_id),),
             endpoints, broker_id=self.broker_id)
         self.rm.handle_leader_and_isr(req)
@@ -316,7 +317,7 @@ class Coordinator:
         # same on every broker (docs/design.md#v2-broker).
         admin_broker = min(view.brokers, default=-1)
         self.rm.handle_update_metadata(UpdateMetadataRequest(
-            admin_broker, NO_CONTROLLER_EPOCH, tuple(states), brokers, broker_id=self.broker_id))
+            admin_broker, V2_CONTROLLER_EPOCH, tuple(states), brokers, broker_id=self.broker_id))
 
     # -- ZooKeeper reads (on the ZooKeeper thread) ----------------------------------------------
 

@@ -24,11 +24,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from cluster import zkpaths
-from cluster.zkpaths import LeaderAndIsr, dumps, loads
-
-# leaderAndISR's controller_epoch in V2: no controller wrote it.
-NO_CONTROLLER_EPOCH = -1
-
+from cluster.zkpaths import V2_CONTROLLER_EPOCH, LeaderAndIsr, dumps, loads
 
 @dataclass(frozen=True)
 class Lock:
@@ -63,9 +59,9 @@ def new_state(broker_id: int, state: LeaderAndIsr | None, live: set[int]) -> Lea
     itself and the registered members of the old one (a dead member would
     only hold up commits until it is dropped as lagging)."""
     if state is None:
-        return LeaderAndIsr(broker_id, 0, (broker_id,), NO_CONTROLLER_EPOCH)
+        return LeaderAndIsr(broker_id, 0, (broker_id,), V2_CONTROLLER_EPOCH)
     isr = (broker_id,) + tuple(b for b in state.isr if b != broker_id and b in live)
-    return LeaderAndIsr(broker_id, state.leader_epoch + 1, isr, NO_CONTROLLER_EPOCH,
+    return LeaderAndIsr(broker_id, state.leader_epoch + 1, isr, V2_CONTROLLER_EPOCH,
                         state.zk_version)
 
 

@@ -5,7 +5,6 @@ its replacement."""
 from __future__ import annotations
 
 import pytest
-from kazoo.client import KazooClient
 
 from cluster import admin, zkpaths
 from cluster.v2.election import current_lock

@@ -155,3 +155,19 @@ def test_the_new_state_drops_unregistered_isr_members_and_raises_the_epoch():
     old = LeaderAndIsr(1, 7, (1, 2, 3), -1, zk_version=4)
     assert new_state(3, old, live={2, 3}) == LeaderAndIsr(3, 8, (3, 2), -1, 4)
     assert new_state(2, None, live={2}) == LeaderAndIsr(2, 0, (2,), -1)
+
+
+def test_readers_take_a_v2_partitions_leader_from_its_lock(zk, sessions):
+    """zkpaths.read_leader_and_isr, what the harness and the admin tool read:
+    a V2 leader that died leaves leaderAndISR naming it; the lock says the
+    partition has no leader."""
+    assign(zk, replicas=(1, 2))
+    one = sessions(1)
+    election(one, 1).elect(T, 0)
+    assert zkpaths.read_leader_and_isr(zk, T, 0).leader == 1
+    one.stop()
+    assert read_state(zk).leader == 1                          # the znode as written
+    assert zkpaths.read_leader_and_isr(zk, T, 0).leader == -1   # as readers take it
+    election(sessions(2), 2, unclean=True).elect(T, 0)
+    lai = zkpaths.read_leader_and_isr(zk, T, 0)
+    assert (lai.leader, lai.leader_epoch) == (2, 1)
