@@ -137,6 +137,14 @@ def isr_invariant(obs: Observed) -> list[dict]:
     return out
 
 
+def _v2_vacancy(p: dict) -> bool:
+    """A V2 partition (controller epoch -1: no controller wrote it) whose
+    leader lock is free: its leader died and none is elected yet. No one
+    writes that state, so its epoch cannot change (docs/design.md#v2); a
+    controller marks it with a new epoch."""
+    return p.get("controller_epoch") == -1 and p["leader"] == -1
+
+
 def epoch_regression(obs: Observed) -> list[dict]:
     """Controller epoch, leader epochs and leaderAndISR versions never go
     back; a new leader comes with a new leader epoch."""
@@ -164,7 +172,8 @@ def epoch_regression(obs: Observed) -> list[dict]:
                     flag("leaderAndISR version", prev["zk_version"], p["zk_version"])
                 elif p["leader_epoch"] < prev["leader_epoch"]:
                     flag("leader epoch", prev["leader_epoch"], p["leader_epoch"])
-                elif p["leader_epoch"] == prev["leader_epoch"] and p["leader"] != prev["leader"]:
+                elif (p["leader_epoch"] == prev["leader_epoch"] and p["leader"] != prev["leader"]
+                      and not _v2_vacancy(p)):
                     flag("leader changed without a new leader epoch",
                          f"{prev['leader']}@{prev['leader_epoch']}", f"{p['leader']}@{p['leader_epoch']}")
             last[tp] = p

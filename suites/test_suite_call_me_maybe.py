@@ -47,7 +47,7 @@ import pytest
 from suite_helpers import (SESSION_TIMEOUT_S, AckWatch, ZkView, ack_times, broker, describe,
                            events, wait_for)
 
-pytestmark = [pytest.mark.docker, pytest.mark.scenario]
+pytestmark = [pytest.mark.docker, pytest.mark.scenario, pytest.mark.any_coordination]
 
 COMMON = {"replica.lag.time.max.ms": 3000, "replication.truncation": "hw"}
 SEED_DESIGN = {**COMMON, "unclean.leader.election.enable": True, "min.insync.replicas": 1}

@@ -595,6 +595,30 @@ def check_observed_metadata(s):
     assert s["oracles"]["group-skipped"] == "no input: no consumer group in the run (no groups.jsonl)"
 
 
+@case
+def v2_leader_vacancies():
+    """V2 coordination (controller epoch -1): a leader that died leaves its
+    partition leaderless at the same epoch (nobody writes that state); a
+    leader changing to another broker without a new epoch is still caught."""
+    b = HistoryBuilder()
+    send(b, 0, 1, 0, "producer-1")
+    final_read(b, 2, [(0, 1)], 1)
+    meta = workload(**{"producer-1": producer()})
+    v2 = {"controller": None, "controller_epoch": -1}
+    meta["observations"] = [
+        sample(0 * S, ("t", 0, 3, 0, [1, 2, 3], 1), ("t", 1, 2, 0, [1, 2, 3], 1), **v2),
+        sample(1 * S, ("t", 0, -1, 0, [1, 2, 3], 1), ("t", 1, 3, 0, [1, 2, 3], 1), **v2),
+        sample(2 * S, ("t", 0, 1, 1, [1, 2], 2), ("t", 1, 3, 0, [1, 2, 3], 1), **v2),
+        recovery(3 * S)]
+    return b, meta
+
+
+def check_v2_leader_vacancies(s):
+    assert [(x["partition"], x["what"], x["previous"], x["current"])
+            for x in s["anomalies"]["epoch-regression"]] == [
+        (1, "leader changed without a new leader epoch", "2@0", "3@0")]
+
+
 def kafka_sample(time, *parts, live=(1, 2, 3)):
     """A `metadata` observation of a target without ZooKeeper (a broker's
     Metadata answer): parts are (topic, partition, leader, isr); no epochs."""
