@@ -36,6 +36,10 @@ The schedule (topic t, 1 partition, RF 3, acks=all, one leader L):
 Each step is checked against ZooKeeper or the acknowledgements, so a run in
 which the scenario did not happen fails as such, never as a verdict.
 
+Both coordination modes (`--chaoslog-coordination v2`, docs/design.md#v2):
+in V2 no controller elects; in step 4 a follower, seeing the leader's lock
+gone and no ISR member registered, elects itself (unclean) or, fixed, waits.
+
 Docker backend (partitions are iptables rules in the broker containers);
 the clients run beside the cluster and still reach L throughout, as Jepsen's
 did.

@@ -90,6 +90,7 @@ class Coordinator:
         self._running: set[TP] = set()     # partitions with a look running
         self._drain_lock = asyncio.Lock()
         self._refresh_now = asyncio.Event()
+        self._last_metadata: UpdateMetadataRequest | None = None
         self._tasks: set[asyncio.Task] = set()
         self._stopping = False
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -316,8 +317,11 @@ class Coordinator:
         # none and any broker serves them: name the lowest live broker, the
         # same on every broker (docs/design.md#v2-broker).
         admin_broker = min(view.brokers, default=-1)
-        self.rm.handle_update_metadata(UpdateMetadataRequest(
-            admin_broker, V2_CONTROLLER_EPOCH, tuple(states), brokers, broker_id=self.broker_id))
+        req = UpdateMetadataRequest(admin_broker, V2_CONTROLLER_EPOCH, tuple(states), brokers,
+                                    broker_id=self.broker_id)
+        if req != self._last_metadata:      # unchanged: no update (and no state-change line)
+            self.rm.handle_update_metadata(req)
+            self._last_metadata = req
 
     # -- ZooKeeper reads (on the ZooKeeper thread) ----------------------------------------------
 
