@@ -61,6 +61,13 @@ broker the controller; min.insync.replicas=1 as in the KIP):
       over is lost, and no read after B took over returns a value B's log
       did not have.
 
+Coordination modes (docs/design.md#v2): scenario 2 runs in both
+(`--chaoslog-coordination v2`: the replicas are brokers 1 and 2, elections
+are the replicas' own). Scenario 1 as scripted is the controller mode's:
+step 4 needs the controller to move the leadership to C, making A C's
+follower (and so truncate) first; in V2, A, in the ISR, takes the lock
+itself and never truncates. A V2 script of scenario 1 is not written yet.
+
 Docker backend (the client cut is iptables; the data directories are bind
 mounts the harness reads).
 """
@@ -178,13 +185,17 @@ def test_hw_truncation_then_immediate_election(cluster, workload, nemesis, histo
 
 # -- scenario 2 -------------------------------------------------------------------------
 
+@pytest.mark.any_coordination
 @pytest.mark.parametrize("cluster", [_config(SCENARIO_2, m) for m in MODES], indirect=True)
 def test_divergence_after_multiple_hard_failures(cluster, workload, nemesis, history):
     """KIP-101 scenario 2: hw makes the replicas diverge, leader-epoch does not."""
     mode = cluster.spec.broker_config["replication.truncation"]
     acks = AckWatch(history)
     zk = ZkView(nemesis.run.zk)
-    x = wait_for(zk.controller, 30, "a controller")
+    # The replicas are the two brokers that are not the controller (V2 has
+    # none: brokers 1 and 2).
+    v2 = cluster.spec.broker_config.get("coordination") == "v2"
+    x = 3 if v2 else wait_for(zk.controller, 30, "a controller")
     a, b = sorted({1, 2, 3} - {x})
     run = workload({"t": 1}, acks="all", rate=150, producers=2, slots=4, consumers=1,
                    assignment={"t": {0: [a, b]}})
