@@ -1,6 +1,6 @@
 # The two commands of the README: `make demo` and `make test`.
 # Each does all the set-up first (skipped in seconds when done).
-.PHONY: setup demo test
+.PHONY: setup demo test test-v2
 
 setup:
 	@bash scripts/setup.sh
@@ -10,3 +10,7 @@ demo: setup
 
 test: setup
 	.venv/bin/pytest
+
+# The suites that run in both coordination modes, in V2 (docs/design.md#v2).
+test-v2: setup
+	.venv/bin/pytest suites -m any_coordination --chaoslog-coordination v2
