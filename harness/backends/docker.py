@@ -3,8 +3,8 @@
 With `proxied` links, a proxy container (the Toxiproxy-compatible server)
 carries every client->broker, broker->broker and broker->ZooKeeper link.
 
-Each cluster gets a bridge network of its own. Brokers run with NET_ADMIN so
-that network faults can use iptables inside them, and with their data
+Each cluster gets a bridge network of its own. Brokers and ZooKeeper nodes
+run with NET_ADMIN so that network faults can use iptables inside them, and with their data
 directory bind-mounted from the host, so the harness can read their logs and
 damage their segment files while they are down. A broker advertises its
 container address, which both the host and the other containers reach.
@@ -118,7 +118,10 @@ class DockerCluster(Cluster):
         env = {"ZK_MYID": name.split("-")[1]}
         if len(zk_names) > 1:
             env["ZK_SERVERS"] = ",".join(f"{z.split('-')[1]}={z}" for z in zk_names)
-        self.containers[name] = self._container(name, image, [name], env=env)
+        # NET_ADMIN as the brokers have: a partition between two ensemble
+        # members needs iptables in one of them.
+        self.containers[name] = self._container(name, image, [name], env=env,
+                                                cap_add=["NET_ADMIN"])
 
     def _run_proxy(self, image: str) -> None:
         """The proxy runs in a container of its own on the cluster network; every
