@@ -224,7 +224,10 @@ def test_committed_offsets_survive_their_coordinator(make_cluster):
     assert leader() == coordinator
     c.brokers[coordinator].kill()   # no controlled shutdown: its session has to expire
     wait_until(lambda: leader() not in (-1, coordinator), 30, "a new offsets leader")
-    assert _coordinator(c, "fog") == leader()
+    # Brokers answer FindCoordinator from their metadata, which the
+    # controller's UpdateMetadata brings up to ZooKeeper's a moment later.
+    wait_until(lambda: _coordinator(c, "fog") == leader(), 30,
+               "FindCoordinator naming the new offsets leader")
     assert _committed(c, "fog") == {("fo", 0): 30, ("fo", 1): 30}
 
     _produce(c, "fo", [b"b%03d" % i for i in range(10)], 2)
