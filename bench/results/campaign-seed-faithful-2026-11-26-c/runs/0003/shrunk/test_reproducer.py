@@ -1,0 +1,139 @@
+"""Reproducer of inconsistent-offset, lost shrunk by `chaoslog shrink` from /tmp/campaign-sf/runs/0003:
+2 fault(s), 10.1 s; it reproduced in 2 of 2 confirming tries.
+It fails while the anomaly is there."""
+import json
+from dataclasses import replace
+
+import pytest
+
+from harness.run import RunSpec, execute
+
+SPEC = json.loads(r"""{
+ "backend": "docker",
+ "checker": "reference",
+ "cluster": {
+  "broker_config": {
+   "min.insync.replicas": "1",
+   "replication.truncation": "hw",
+   "unclean.leader.election.enable": "true"
+  },
+  "brokers": 3,
+  "name": "chaoslog",
+  "proxied": false,
+  "zk_session_timeout_ms": 6000,
+  "zookeepers": 1
+ },
+ "final_timeout_s": 60.0,
+ "mechanism": "auto",
+ "quiet_s": 10.0,
+ "replication_factor": 2,
+ "schedule": {
+  "duration_s": 10.1,
+  "final": {
+   "final_reads_at_s": 20.1,
+   "heal_at_s": 10.1
+  },
+  "quiet_s": 10.0,
+  "seed": 1851284284,
+  "settings": {
+   "brokers": 3,
+   "fault_duration_s": [
+    4.0,
+    12.0
+   ],
+   "faults": {
+    "isr-shrink-then-leader-loss": 1.0,
+    "power-loss-of-leader-and-follower": 1.0,
+    "restarted-follower-elected": 1.0
+   },
+   "interval_s": [
+    3.0,
+    8.0
+   ],
+   "lag_s": 10.0,
+   "overlap": 1,
+   "replication_factor": 2,
+   "zookeepers": 1
+  },
+  "steps": [
+   {
+    "at_s": 4.0,
+    "chain": 0,
+    "duration_s": 1.0,
+    "fault": "lose-unfsynced",
+    "lane": 0,
+    "params": {},
+    "recipe": "power-loss-of-leader-and-follower",
+    "target": "leader"
+   },
+   {
+    "at_s": 4.1,
+    "chain": 0,
+    "duration_s": 1.0,
+    "fault": "lose-unfsynced",
+    "lane": 1,
+    "params": {},
+    "recipe": "power-loss-of-leader-and-follower",
+    "target": "follower"
+   }
+  ]
+ },
+ "settle_s": 10.0,
+ "workload": {
+  "acks": "mixed",
+  "client": "confluent",
+  "commit": "manual",
+  "consumers": 1,
+  "crash_every_s": 0.0,
+  "fetchers": 1,
+  "idempotence": false,
+  "mix": [
+   {
+    "acks": "all",
+    "delivery_timeout_ms": 15000,
+    "idempotent": false,
+    "max_in_flight": 1,
+    "request_timeout_ms": 5000,
+    "retries": 0
+   },
+   {
+    "acks": "1",
+    "delivery_timeout_ms": 15000,
+    "idempotent": false,
+    "max_in_flight": 1,
+    "request_timeout_ms": 5000,
+    "retries": 0
+   }
+  ],
+  "partitions": [
+   "t/0",
+   "t/1"
+  ],
+  "poll_rate": 0.0,
+  "producer": {
+   "acks": "all",
+   "delivery_timeout_ms": 15000,
+   "idempotent": false,
+   "max_in_flight": 1,
+   "request_timeout_ms": 5000,
+   "retries": 0
+  },
+  "producers": 2,
+  "rate": 12.5,
+  "slots": 4,
+  "sub_via": "assign",
+  "topics": {
+   "t": 2
+  }
+ }
+}""")
+ANOMALIES = ['inconsistent-offset', 'lost']
+
+
+@pytest.mark.docker
+def test_the_shrunk_run_finds_no_inconsistent_offset_or_lost(tmp_path):
+    result = execute(replace(RunSpec.from_json(SPEC), out=tmp_path / "run"))
+    summary = getattr(result.verdict, "summary", None)
+    assert summary, f"the run could not be judged (exit {result.exit_code}): see {tmp_path}"
+    found = set(summary.get("fatal") or []) & ANOMALIES
+    assert not found, f"{sorted(found)} again: see {tmp_path / 'run' / 'report.html'}"
