@@ -85,7 +85,7 @@ import pytest
 from harness.run import RunSpec, execute
 
 SPEC = json.loads(r"""{spec}""")
-ANOMALIES = {anomalies!r}
+ANOMALIES = set({anomalies!r})
 
 
 @pytest.mark.docker

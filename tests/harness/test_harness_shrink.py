@@ -215,6 +215,20 @@ def test_shrink_writes_a_reproducer_that_replays(tmp_path, capsys, monkeypatch):
     test = (out / "test_reproducer.py").read_text()
     compile(test, "test_reproducer.py", "exec")
     assert "def test_the_shrunk_run_finds_no_lost(" in test and "['lost']" in test
+    # the generated test fails while the anomaly is there, and only then
+    ns: dict = {}
+    exec(compile(test, "test_reproducer.py", "exec"), ns)
+    for fatal, fails in ((["lost", "duplicate"], True), (["duplicate"], False), ([], False)):
+        verdict = type("V", (), {"summary": {"fatal": fatal}})()
+        ns["execute"] = lambda spec, verdict=verdict: type("R", (), {"verdict": verdict,
+                                                                      "exit_code": 1})()
+        try:
+            ns["test_the_shrunk_run_finds_no_lost"](tmp_path)
+            failed = False
+        except AssertionError as e:
+            failed = True
+            assert "['lost'] again" in str(e)
+        assert failed is fails, fatal
     # the command replays exactly the shrunk run
     capsys.readouterr()
     assert cli("run", "--spec", str(out / "spec.json"), "--print-schedule", "--json") == 0

@@ -132,7 +132,7 @@ SPEC = json.loads(r"""{
   }
  }
 }""")
-ANOMALIES = ['commit-regressed', 'inconsistent-offset']
+ANOMALIES = set(['commit-regressed', 'inconsistent-offset'])
 
 
 @pytest.mark.docker

@@ -127,7 +127,7 @@ SPEC = json.loads(r"""{
   }
  }
 }""")
-ANOMALIES = ['inconsistent-offset', 'lost']
+ANOMALIES = set(['inconsistent-offset', 'lost'])
 
 
 @pytest.mark.docker

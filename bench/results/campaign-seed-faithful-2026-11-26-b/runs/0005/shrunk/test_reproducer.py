@@ -132,7 +132,7 @@ SPEC = json.loads(r"""{
   }
  }
 }""")
-ANOMALIES = ['inconsistent-offset', 'lost', 'replica-divergence']
+ANOMALIES = set(['inconsistent-offset', 'lost', 'replica-divergence'])
 
 
 @pytest.mark.docker

@@ -128,7 +128,7 @@ SPEC = json.loads(r"""{
   }
  }
 }""")
-ANOMALIES = ['inconsistent-offset', 'replica-divergence']
+ANOMALIES = set(['inconsistent-offset', 'replica-divergence'])
 
 
 @pytest.mark.docker

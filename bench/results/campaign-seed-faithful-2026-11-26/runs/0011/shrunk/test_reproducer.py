@@ -127,7 +127,7 @@ SPEC = json.loads(r"""{
   }
  }
 }""")
-ANOMALIES = ['inconsistent-offset']
+ANOMALIES = set(['inconsistent-offset'])
 
 
 @pytest.mark.docker

@@ -132,7 +132,7 @@ SPEC = json.loads(r"""{
   }
  }
 }""")
-ANOMALIES = ['inconsistent-offset']
+ANOMALIES = set(['inconsistent-offset'])
 
 
 @pytest.mark.docker

@@ -152,7 +152,7 @@ SPEC = json.loads(r"""{
   }
  }
 }""")
-ANOMALIES = ['inconsistent-offset', 'lost', 'replica-divergence']
+ANOMALIES = set(['inconsistent-offset', 'lost', 'replica-divergence'])
 
 
 @pytest.mark.docker

@@ -130,7 +130,7 @@ SPEC = json.loads(r"""{
   }
  }
 }""")
-ANOMALIES = ['inconsistent-offset', 'replica-divergence']
+ANOMALIES = set(['inconsistent-offset', 'replica-divergence'])
 
 
 @pytest.mark.docker
