@@ -181,6 +181,21 @@ class TopicAssignment:
                    str(d.get("topic_id") or ""))
 
 
+@dataclass(frozen=True)
+class LeaderLock:
+    """V2: the value of a partition's leader lock (docs/design.md#v2-election)."""
+    broker: int
+    epoch: int
+
+    def encode(self) -> bytes:
+        return dumps({"broker": self.broker, "epoch": self.epoch})
+
+    @classmethod
+    def decode(cls, data: bytes) -> "LeaderLock":
+        d = loads(data) or {}
+        return cls(int(d["broker"]), int(d["epoch"]))
+
+
 # leaderAndISR's controller_epoch when no controller wrote it (V2 coordination).
 V2_CONTROLLER_EPOCH = -1
 
@@ -197,8 +212,8 @@ def read_leader_and_isr(zk: Any, topic: str, partition: int) -> LeaderAndIsr:
     if lai.controller_epoch != V2_CONTROLLER_EPOCH:
         return lai
     try:
-        lock = loads(zk.get(leader_lock_path(topic, partition))[0]) or {}
-        leader, epoch = int(lock["broker"]), max(int(lock["epoch"]), lai.leader_epoch)
+        lock = LeaderLock.decode(zk.get(leader_lock_path(topic, partition))[0])
+        leader, epoch = lock.broker, max(lock.epoch, lai.leader_epoch)
     except NoNodeError:
         leader, epoch = NO_LEADER, lai.leader_epoch
     return LeaderAndIsr(leader, epoch, lai.isr, lai.controller_epoch, lai.zk_version)

@@ -37,10 +37,10 @@ from cluster.protocol.control import (BrokerEndpoint, LeaderAndIsrRequest, Parti
 from cluster.server.metadata_cache import LEADER_DURING_DELETE, MetadataCache
 from cluster.server.replica_manager import ReplicaManager
 from cluster.server.zk_client import ZkClient
-from cluster.v2.election import Election, Lock
+from cluster.v2.election import Election, read_state
 from cluster.v2.state_queue import CLOSE_REPLICA, Pending, StateChangeQueue, acts_on
 from cluster.zkpaths import (NO_LEADER, V2_CONTROLLER_EPOCH, BrokerRegistration, LeaderAndIsr,
-                             TopicAssignment, loads)
+                             LeaderLock, TopicAssignment, loads)
 
 log = logging.getLogger("cluster.v2")
 
@@ -52,7 +52,7 @@ class Held:
     """A partition's lock as read, and whether this broker's current
     ZooKeeper session holds it (a lock of its own earlier session is not
     its: it goes when that session expires)."""
-    lock: Lock
+    lock: LeaderLock
     ours: bool
 
 
@@ -332,7 +332,7 @@ class Coordinator:
         except NoNodeError:
             assignment = TopicAssignment()
         return PartitionView(assignment.partitions.get(tp[1], ()), assignment.topic_id,
-                             self._held(tp), self._state(tp))
+                             self._held(tp), read_state(self.zk.kazoo, *tp))
 
     def _read_cluster(self) -> ClusterView:
         kazoo = self.zk.kazoo
@@ -352,7 +352,7 @@ class Coordinator:
             for p, replicas in assignment.partitions.items():
                 tp = (topic, p)
                 partitions[tp] = PartitionView(replicas, assignment.topic_id, self._held(tp),
-                                               self._state(tp))
+                                               read_state(self.zk.kazoo, *tp))
         marks = {}
         try:
             marked_topics = kazoo.get_children(zkpaths.PARTITIONS_REASSIGNED)
@@ -372,13 +372,5 @@ class Coordinator:
             data, stat = self.zk.kazoo.get(zkpaths.leader_lock_path(*tp))
         except NoNodeError:
             return None
-        d = loads(data)
-        return Held(Lock(int(d["broker"]), int(d["epoch"])),
+        return Held(LeaderLock.decode(data),
                     stat.ephemeralOwner == self.zk.session_id)
-
-    def _state(self, tp: TP) -> LeaderAndIsr | None:
-        try:
-            data, stat = self.zk.kazoo.get(zkpaths.leader_and_isr_path(*tp))
-        except NoNodeError:
-            return None
-        return LeaderAndIsr.decode(data, stat.version)

@@ -24,22 +24,23 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from cluster import zkpaths
-from cluster.zkpaths import V2_CONTROLLER_EPOCH, LeaderAndIsr, dumps, loads
+from cluster.zkpaths import V2_CONTROLLER_EPOCH, LeaderAndIsr, LeaderLock
 
-@dataclass(frozen=True)
-class Lock:
-    """The value of a partition's leader lock."""
-    broker: int
-    epoch: int
-
-
-def current_lock(zk: KazooClient, topic: str, partition: int) -> Lock | None:
+def current_lock(zk: KazooClient, topic: str, partition: int) -> LeaderLock | None:
     try:
         data, _ = zk.get(zkpaths.leader_lock_path(topic, partition))
     except NoNodeError:
         return None
-    d = loads(data)
-    return Lock(int(d["broker"]), int(d["epoch"]))
+    return LeaderLock.decode(data)
+
+
+def read_state(zk: KazooClient, topic: str, partition: int) -> LeaderAndIsr | None:
+    """The partition's leaderAndISR as written, with its version; None if none."""
+    try:
+        data, stat = zk.get(zkpaths.leader_and_isr_path(topic, partition))
+    except NoNodeError:
+        return None
+    return LeaderAndIsr.decode(data, stat.version)
 
 
 def eligible(broker_id: int, replicas: tuple[int, ...], state: LeaderAndIsr | None,
@@ -79,16 +80,15 @@ class Election:
         replicas = self._replicas(topic, partition)
         if current_lock(self.zk, topic, partition) is not None:
             return None
-        state = self._state(topic, partition)
+        state = read_state(self.zk, topic, partition)
         live = self._live()
         if not eligible(self.broker_id, replicas, state, live, self.unclean):
             return None
         epoch = 0 if state is None else state.leader_epoch + 1
         try:
             self.zk.ensure_path(zkpaths.partition_path(topic, partition))
-            self.zk.create(zkpaths.leader_lock_path(topic, partition), dumps({"broker": self.broker_id,
-                                                               "epoch": epoch}),
-                           ephemeral=True)
+            self.zk.create(zkpaths.leader_lock_path(topic, partition),
+                           LeaderLock(self.broker_id, epoch).encode(), ephemeral=True)
         except NodeExistsError:
             return None
         except NoNodeError:
@@ -121,12 +121,13 @@ class Election:
                     version = self.zk.set(path, new.encode(), version=state.zk_version).version
                 return dataclasses.replace(new, zk_version=version)
             except (BadVersionError, NodeExistsError):
-                state = self._state(topic, partition)
+                state = read_state(self.zk, topic, partition)
                 self._set_lock_epoch(topic, partition, state)
 
     def _set_lock_epoch(self, topic: str, partition: int, state: LeaderAndIsr | None) -> None:
         epoch = 0 if state is None else state.leader_epoch + 1
-        self.zk.set(zkpaths.leader_lock_path(topic, partition), dumps({"broker": self.broker_id, "epoch": epoch}))
+        self.zk.set(zkpaths.leader_lock_path(topic, partition),
+                    LeaderLock(self.broker_id, epoch).encode())
 
     def _replicas(self, topic: str, partition: int) -> tuple[int, ...]:
         try:
@@ -134,13 +135,6 @@ class Election:
         except NoNodeError:
             return ()
         return zkpaths.TopicAssignment.decode(data).partitions.get(partition, ())
-
-    def _state(self, topic: str, partition: int) -> LeaderAndIsr | None:
-        try:
-            data, stat = self.zk.get(zkpaths.leader_and_isr_path(topic, partition))
-        except NoNodeError:
-            return None
-        return LeaderAndIsr.decode(data, stat.version)
 
     def _live(self) -> set[int]:
         try:

@@ -8,8 +8,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError
 
 from cluster import zkpaths
-from cluster.v2.election import Election, Lock, current_lock, eligible, new_state
-from cluster.zkpaths import LeaderAndIsr, TopicAssignment
+from cluster.v2.election import Election, current_lock, eligible, new_state
+from cluster.zkpaths import LeaderAndIsr, LeaderLock, TopicAssignment
 
 T = "t"
 
@@ -52,7 +52,7 @@ def test_the_first_to_try_leads_a_new_partition(zk, sessions):
     won = election(sessions(1), 1).elect(T, 0)
     assert won == LeaderAndIsr(1, 0, (1,), -1, 0)
     assert read_state(zk) == won
-    assert current_lock(zk, T, 0) == Lock(1, 0)
+    assert current_lock(zk, T, 0) == LeaderLock(1, 0)
     assert election(sessions(2), 2).elect(T, 0) is None      # taken
 
 
@@ -67,7 +67,7 @@ def test_a_dead_leaders_lock_goes_with_its_session_and_an_isr_member_takes_over(
     one.stop()                                   # broker 1 dies
     won = election(two, 2).elect(T, 0)
     assert (won.leader, won.leader_epoch, won.isr) == (2, 1, (2, 3))
-    assert current_lock(zk, T, 0) == Lock(2, 1)
+    assert current_lock(zk, T, 0) == LeaderLock(2, 1)
     assert election(three, 3).elect(T, 0) is None
 
 
@@ -133,7 +133,7 @@ def test_resign_frees_the_lock_for_the_next_election(zk, sessions):
     zk.set(zkpaths.leader_and_isr_path(T, 0), LeaderAndIsr(1, 0, (1, 2), -1).encode(),
            version=s.zk_version)
     election(two, 2).resign(T, 0)                # not its lock: nothing happens
-    assert current_lock(zk, T, 0) == Lock(1, 0)
+    assert current_lock(zk, T, 0) == LeaderLock(1, 0)
     election(one, 1).resign(T, 0)
     assert election(two, 2).elect(T, 0).leader_epoch == 1
 
