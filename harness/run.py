@@ -32,7 +32,7 @@ from faults.heal import final_heal
 from faults.injectors.base import FaultContext, FaultError, Injector
 from faults.nemesis import Nemesis, Schedule
 from faults.targets import Resolver, qualify
-from harness.backends.base import ClusterError, ClusterSpec
+from harness.backends.base import ClusterError, ClusterSpec, is_v2
 from harness.history import (HistoryRecorder, HistoryStats, collect_logs, dump_zookeeper,
                              new_run_id, utc_now_iso, write_run_json)
 from harness.observer import (OBSERVATIONS, MetadataSampler, Observations, await_recovery,
@@ -316,7 +316,7 @@ class Run:
         healed_at = self.recorder.now()
         self.outcome["final_heal"] = self.heal(final=True)
         self.phase = "recovery"
-        v2 = str(self.cluster.spec.broker_config.get("coordination", "")) == "v2"
+        v2 = is_v2(self.cluster.spec.broker_config)
         recovery = await_recovery(self._state(probe=True), self.observations,
                                   [n.broker_id for n in self.cluster.brokers()],
                                   healed_at=healed_at, bound_s=RECOVERY_BOUND_S,

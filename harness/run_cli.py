@@ -25,7 +25,7 @@ from faults import injectors, recipes
 from faults.injectors.base import FaultError
 from faults.nemesis import Schedule, make_schedule, parse_weights
 from faults.targets import Target, TargetError
-from harness.backends.base import ClusterSpec, v2_refusal
+from harness.backends.base import ClusterSpec, is_v2, v2_refusal
 from harness.progress import Progress
 from harness.run import (EXIT_HARNESS, EXIT_REFUSED, EXIT_VALID, RunSpec, execute,
                          log_line)
@@ -427,7 +427,7 @@ def spec_from_args(a: argparse.Namespace) -> RunSpec:
         needs_net and backend == "local" and a.mechanism != "iptables")
     targets = kv_list(pins, "--target")
     refuses = refusal_of(other) if other is not None else (
-        v2_refusal if broker_config.get("coordination") == "v2" else None)
+        v2_refusal if is_v2(broker_config) else None)
     if refuses is not None:
         targets = {**allowed_roles(refuses, weights, a.replication_factor), **targets}
         refuse_unsupported(refuses, used, replay, targets)

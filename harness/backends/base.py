@@ -28,6 +28,11 @@ STOPPED = "stopped"
 PAUSED = "paused"
 
 
+def is_v2(broker_config: dict) -> bool:
+    """Whether a broker config asks for V2 coordination (docs/design.md#v2)."""
+    return str(broker_config.get("coordination", "")) == "v2"
+
+
 def v2_refusal(fault: str, target: str | None = None) -> str | None:
     """Why `fault` cannot run against the built-in broker in V2 coordination
     (docs/design.md#v2): it has no controller to aim at, and the admin
@@ -214,7 +219,7 @@ class Cluster(abc.ABC):
         this cluster, or None. A run refuses such a fault before it starts;
         it never skips it. The built-in clusters can run every fault, except
         in V2 coordination (`v2_refusal`)."""
-        if str(self.spec.broker_config.get("coordination", "")) == "v2":
+        if is_v2(self.spec.broker_config):
             return v2_refusal(fault, target)
         return None
 
