@@ -13,8 +13,10 @@ decides:
   - start- and close-replica requests arrive in this broker's state-change
     queue (cluster/v2/state_queue.py), drained at startup and on every change;
   - the metadata clients get is read from ZooKeeper every
-    `v2.metadata.refresh.ms` (and at once after a leadership change here);
-    that read also starts replicas of partitions newly assigned here.
+    `v2.metadata.refresh.ms`, or less often in a big cluster (one pipelined
+    read; ZooKeeper is read at most 1/READ_GAP_FACTOR of the time); a
+    leadership change here is written into it at once. That read also starts
+    replicas of partitions newly assigned here.
 
 Threads: kazoo's watch callbacks only schedule work on the event loop; ZooKeeper
 reads and writes run on the broker's ZooKeeper thread (ZkClient.call); the
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 
 from kazoo.exceptions import NoNodeError
@@ -45,6 +48,10 @@ from cluster.zkpaths import (NO_LEADER, V2_CONTROLLER_EPOCH, BrokerRegistration,
 log = logging.getLogger("cluster.v2")
 
 TP = tuple[str, int]
+
+# The wait between two reads of the whole cluster is at least this many times
+# the last read's duration (docs/design.md#v2-broker, "Metadata").
+READ_GAP_FACTOR = 4
 
 
 @dataclass(frozen=True)
@@ -91,6 +98,7 @@ class Coordinator:
         self._drain_lock = asyncio.Lock()
         self._refresh_now = asyncio.Event()
         self._last_metadata: UpdateMetadataRequest | None = None
+        self._patched = False              # a partition was written since that request
         self._tasks: set[asyncio.Task] = set()
         self._stopping = False
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -235,7 +243,7 @@ class Coordinator:
             tp[0], tp[1], leader, epoch, isr, version, pv.replicas, pv.topic_id),),
             endpoints, broker_id=self.broker_id)
         self.rm.handle_leader_and_isr(req)
-        self._refresh_now.set()
+        self._patch_metadata(req.partition_states[0])
 
     async def _leaderless_again(self) -> None:
         """Brokers came or went: partitions without a leader may now have an
@@ -277,6 +285,7 @@ class Coordinator:
 
     async def _metadata_loop(self) -> None:
         while True:
+            began = time.monotonic()
             try:
                 view = await self.zk.call(self._read_cluster)
                 self._update_metadata(view)
@@ -292,11 +301,14 @@ class Coordinator:
                 raise
             except Exception as e:
                 log.warning("V2: reading the cluster failed: %r", e)
+            ended = time.monotonic()
+            min_gap = READ_GAP_FACTOR * (ended - began)
             self._refresh_now.clear()
             try:
-                await asyncio.wait_for(self._refresh_now.wait(), self.refresh_s)
+                await asyncio.wait_for(self._refresh_now.wait(), max(self.refresh_s, min_gap))
             except asyncio.TimeoutError:
                 pass
+            await asyncio.sleep(max(0.0, ended + min_gap - time.monotonic()))
 
     def _update_metadata(self, view: ClusterView) -> None:
         states = []
@@ -319,9 +331,21 @@ class Coordinator:
         admin_broker = min(view.brokers, default=-1)
         req = UpdateMetadataRequest(admin_broker, V2_CONTROLLER_EPOCH, tuple(states), brokers,
                                     broker_id=self.broker_id)
-        if req != self._last_metadata:      # unchanged: no update (and no state-change line)
+        if req != self._last_metadata or self._patched:   # unchanged: no state-change line
             self.rm.handle_update_metadata(req)
             self._last_metadata = req
+            self._patched = False
+
+    def _patch_metadata(self, state: PartitionState) -> None:
+        """Write one partition's new leadership into the metadata at once,
+        not at the next read of the whole cluster."""
+        last = self._last_metadata
+        if last is None:
+            return          # the first read, which follows, has it
+        self.rm.handle_update_metadata(UpdateMetadataRequest(
+            last.controller_id, V2_CONTROLLER_EPOCH, (state,), last.live_brokers,
+            broker_id=self.broker_id))
+        self._patched = True
 
     # -- ZooKeeper reads (on the ZooKeeper thread) ----------------------------------------------
 
@@ -335,42 +359,53 @@ class Coordinator:
                              self._held(tp), read_state(self.zk.kazoo, *tp))
 
     def _read_cluster(self) -> ClusterView:
+        """One read of the whole cluster, pipelined: each round's requests
+        are all sent before the first answer is awaited, so 10K partitions
+        cost ZooKeeper's throughput, not 20K round trips."""
         kazoo = self.zk.kazoo
-        brokers = {}
-        for b in kazoo.get_children(zkpaths.BROKER_IDS):
-            try:
-                brokers[int(b)] = BrokerRegistration.decode(
-                    int(b), kazoo.get(zkpaths.broker_path(int(b)))[0])
-            except NoNodeError:
-                pass
+        ids = [int(b) for b in kazoo.get_children(zkpaths.BROKER_IDS)]
+        topics = kazoo.get_children(zkpaths.TOPICS)
+        marked = _answers({0: kazoo.get_children_async(zkpaths.PARTITIONS_REASSIGNED)}).get(0, [])
+        regs = _answers({b: kazoo.get_async(zkpaths.broker_path(b)) for b in ids})
+        assignments = {t: TopicAssignment.decode(data) for t, (data, _) in _answers(
+            {t: kazoo.get_async(zkpaths.topic_path(t)) for t in topics}).items()}
+        marked_parts = _answers({t: kazoo.get_children_async(zkpaths.partitions_reassigned_path(t))
+                                 for t in marked})
+        tps = [(t, p) for t, a in assignments.items() for p in a.partitions]
+        locks = _answers({tp: kazoo.get_async(zkpaths.leader_lock_path(*tp)) for tp in tps})
+        states = _answers({tp: kazoo.get_async(zkpaths.leader_and_isr_path(*tp)) for tp in tps})
+        marks = _answers({(t, int(p)): kazoo.get_async(zkpaths.partitions_reassigned_path(t, int(p)))
+                          for t, parts in marked_parts.items() for p in parts})
+
+        brokers = {b: BrokerRegistration.decode(b, data) for b, (data, _) in regs.items()}
         partitions = {}
-        for topic in kazoo.get_children(zkpaths.TOPICS):
-            try:
-                assignment = TopicAssignment.decode(kazoo.get(zkpaths.topic_path(topic))[0])
-            except NoNodeError:
-                continue
-            for p, replicas in assignment.partitions.items():
-                tp = (topic, p)
-                partitions[tp] = PartitionView(replicas, assignment.topic_id, self._held(tp),
-                                               read_state(self.zk.kazoo, *tp))
-        marks = {}
-        try:
-            marked_topics = kazoo.get_children(zkpaths.PARTITIONS_REASSIGNED)
-        except NoNodeError:
-            marked_topics = []
-        for topic in marked_topics:
-            try:
-                for p in kazoo.get_children(zkpaths.partitions_reassigned_path(topic)):
-                    data = kazoo.get(zkpaths.partitions_reassigned_path(topic, int(p)))[0]
-                    marks[(topic, int(p))] = tuple(loads(data) or ())
-            except NoNodeError:
-                continue
-        return ClusterView(brokers, partitions, marks)
+        for tp in tps:
+            assignment = assignments[tp[0]]
+            held = self._held_from(*locks[tp]) if tp in locks else None
+            state = LeaderAndIsr.decode(states[tp][0], states[tp][1].version) \
+                if tp in states else None
+            partitions[tp] = PartitionView(assignment.partitions[tp[1]], assignment.topic_id,
+                                           held, state)
+        return ClusterView(brokers, partitions,
+                           {tp: tuple(loads(data) or ()) for tp, (data, _) in marks.items()})
 
     def _held(self, tp: TP) -> Held | None:
         try:
-            data, stat = self.zk.kazoo.get(zkpaths.leader_lock_path(*tp))
+            return self._held_from(*self.zk.kazoo.get(zkpaths.leader_lock_path(*tp)))
         except NoNodeError:
             return None
-        return Held(LeaderLock.decode(data),
-                    stat.ephemeralOwner == self.zk.session_id)
+
+    def _held_from(self, data: bytes, stat) -> Held:
+        return Held(LeaderLock.decode(data), stat.ephemeralOwner == self.zk.session_id)
+
+
+def _answers(pending: dict) -> dict:
+    """Wait for kazoo's asynchronous answers: key -> result, without the
+    keys whose znode is gone (deleted between the listing and the read)."""
+    out = {}
+    for key, answer in pending.items():
+        try:
+            out[key] = answer.get()
+        except NoNodeError:
+            pass
+    return out

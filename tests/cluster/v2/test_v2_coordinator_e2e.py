@@ -140,3 +140,25 @@ def test_v2_admin_creates_a_topic_and_deletes_it_while_a_broker_is_down(brokers,
     brokers[3].start().wait_registered(zk)
     assert not any(d.exists() for d in dirs[3]), "registered before draining its queue"
     assert StateChangeQueue(zk, 3).pending() == []
+
+
+def test_a_v2_leader_names_itself_in_its_metadata_before_the_next_cluster_read(
+        zk_hosts, tmp_path, zk):
+    """The whole cluster is read only every 60 s here (docs/design.md#v2-broker,
+    "Metadata"): a broker that wins a partition's lock writes that into the
+    metadata it gives clients at once, at startup and after a failover."""
+    admin.create_topic(zk, T, 1, 2, replica_assignment={0: [1, 2]})
+    slow = dict(FIXED, **{"v2.metadata.refresh.ms": 60000})
+    made = {i: BrokerProcess(i, zk_hosts, tmp_path, **slow).start() for i in (1, 2)}
+    try:
+        wait_until(lambda: leaders(zk) == {0: 1, 1: None, 2: None}, 30, "broker 1 leads")
+        wait_until(lambda: client_leaders(made[1].bootstrap).get(0) == 1, 20,
+                   "broker 1's Metadata naming itself")
+        wait_until(lambda: state(zk, 0).isr == (1, 2), 30, "broker 2 in the ISR")
+        made[1].kill()
+        wait_until(lambda: leaders(zk)[0] == 2, 30, "broker 2 leads")
+        wait_until(lambda: client_leaders(made[2].bootstrap).get(0) == 2, 20,
+                   "broker 2's Metadata naming itself")
+    finally:
+        for b in made.values():
+            b.kill()
