@@ -185,13 +185,24 @@ def add_partitions(zk: KazooClient, topic: str, count: int,
                    replica_assignment: dict[int, list[int]] | None = None) -> dict[int, list[int]]:
     """Grow the topic to `count` partitions via /admin/partitions_add/T/P
     (docs/design.md#partitions). Returns the new partitions' replicas."""
+    if zk.exists(zkpaths.partitions_add_path(topic)):
+        raise AdminError(f"a partition add for {topic!r} is already in progress")
+    new = plan_new_partitions(zk, topic, count, replica_assignment)
+    _request(zk, zkpaths.partitions_add_path(topic),
+             {str(p): zkpaths.dumps(list(r)) for p, r in new.items()}, "new partitions")
+    return new
+
+
+def plan_new_partitions(zk: KazooClient, topic: str, count: int,
+                        replica_assignment: dict[int, list[int]] | None = None
+                        ) -> dict[int, list[int]]:
+    """The replicas of the partitions that grow `topic` to `count`: the
+    given ones, checked, or assigned over the live brokers as Kafka does."""
     ta, _ = _assignment(zk, topic)
     have = len(ta.partitions)
     if count <= have:
         raise AdminError(f"topic {topic!r} already has {have} partitions; "
                          f"the new count must be larger")
-    if zk.exists(zkpaths.partitions_add_path(topic)):
-        raise AdminError(f"a partition add for {topic!r} is already in progress")
     rf = len(next(iter(ta.partitions.values())))
     if replica_assignment is None:
         live = live_ids(zk)
@@ -205,22 +216,24 @@ def add_partitions(zk: KazooClient, topic: str, count: int,
         new = {int(p): [int(b) for b in r] for p, r in replica_assignment.items()}
         if sorted(new) != list(range(have, count)):
             raise UsageError(f"the assignment must cover partitions {have}..{count - 1}")
-    _request(zk, zkpaths.partitions_add_path(topic),
-             {str(p): zkpaths.dumps(list(r)) for p, r in new.items()}, "new partitions")
     return new
 
 
 def remove_partitions(zk: KazooClient, topic: str, partitions: list[int]) -> None:
     """Request removal of partitions via /admin/partitions_remove/T/P
     (docs/design.md#partitions), all in one request."""
-    ta, _ = _assignment(zk, topic)
+    check_removal(topic, _assignment(zk, topic)[0], partitions)
+    _request(zk, zkpaths.partitions_remove_path(topic), {str(p): b"" for p in set(partitions)},
+             "the removal")
+
+
+def check_removal(topic: str, ta: TopicAssignment, partitions: list[int]) -> None:
+    """Refuse removing partitions the topic does not have, or all of them."""
     missing = sorted(set(partitions) - set(ta.partitions))
     if missing:
         raise AdminError(f"topic {topic!r} has no partitions {missing}")
     if set(partitions) >= set(ta.partitions):
         raise UsageError(f"that would remove every partition of {topic!r}: delete the topic instead")
-    _request(zk, zkpaths.partitions_remove_path(topic), {str(p): b"" for p in set(partitions)},
-             "the removal")
 
 
 def _request(zk: KazooClient, parent: str, children: dict[str, bytes], what: str) -> None:
@@ -367,6 +380,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="ZooKeeper connect string (default %(default)s)")
     p.add_argument("--zk-timeout", type=float, default=10.0, metavar="S",
                    help="give up connecting to ZooKeeper after S seconds")
+    p.add_argument("--coordination", choices=("controller", "v2"), default="controller",
+                   help="the brokers' coordination mode (docs/design.md#v2-admin): with v2 "
+                        "the topic commands tell the brokers through their state-change queues")
     p.set_defaults(func=run, admin_cmd=None)
     sub = p.add_subparsers(dest="admin_cmd", metavar="COMMAND")
 
@@ -374,6 +390,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         q = parent.add_parser(name, help=help_)
         # --zookeeper also accepted after the subcommand
         q.add_argument("--zookeeper", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        q.add_argument("--coordination", choices=("controller", "v2"), default=argparse.SUPPRESS,
+                       help=argparse.SUPPRESS)
         q.set_defaults(func=run)
         return q
 
@@ -439,8 +457,60 @@ def _out(args: argparse.Namespace, obj: Any, text: str) -> None:
     print(json.dumps(obj, sort_keys=True) if getattr(args, "json", False) else text)
 
 
+V2_TOPIC_ACTIONS = ("create", "delete", "add-partitions", "remove-partitions")
+
+
+def _dispatch_v2(zk: KazooClient, args: argparse.Namespace) -> bool:
+    """The commands that differ with --coordination v2; False when the
+    command is the same in both modes (describe, list, brokers)."""
+    from cluster.v2 import admin as v2admin
+    cmd, tc = args.admin_cmd, getattr(args, "topics_cmd", None)
+    if cmd in ("reassign", "preferred-election", "controller", "state-log"):
+        raise UsageError(f"{cmd} is not built for --coordination v2 (docs/design.md#v2-admin: "
+                         "V2 has no controller)")
+    if cmd != "topics" or tc not in V2_TOPIC_ACTIONS:
+        return False
+    try:
+        if tc == "create":
+            ra = (_parse_assignment(args.replica_assignment) if args.replica_assignment
+                  else assign_replicas(live_ids(zk), args.partitions, args.replication_factor))
+            v2admin.create_topic(zk, args.topic, ra, args.timeout)
+            if args.wait:
+                wait_for_leaders(zk, args.topic, args.timeout)
+            _out(args, {"topic": args.topic, "replicas": {str(p): r for p, r in ra.items()}},
+                 f"created topic {args.topic}: " + " ".join(f"{p}:{r}" for p, r in sorted(ra.items())))
+        elif tc == "delete":
+            down = v2admin.delete_topic(zk, args.topic, args.timeout)
+            print(f"topic {args.topic} deleted" + (
+                f"; brokers {down} are down and remove their replicas when they come back"
+                if down else ""))
+        elif tc == "add-partitions":
+            new = plan_new_partitions(zk, args.topic, args.partitions)
+            v2admin.add_partitions(zk, args.topic, new)
+            _out(args, {"topic": args.topic, "added": {str(p): r for p, r in new.items()}},
+                 f"added partitions {sorted(new)} to {args.topic}")
+        else:
+            parts = _parse_partitions(args.partitions)
+            check_removal(args.topic, _assignment(zk, args.topic)[0], parts)
+            down = v2admin.remove_partitions(zk, args.topic, parts)
+            _out(args, {"topic": args.topic, "removed": parts, "down": down},
+                 f"removed partitions {parts} of {args.topic}")
+    except (v2admin.V2AdminError, AssignmentError) as e:
+        raise AdminError(str(e)) from None
+    return True
+
+
+def _parse_partitions(text: str) -> list[int]:
+    try:
+        return sorted({int(x) for x in text.split(",")})
+    except ValueError:
+        raise UsageError(f"bad --partitions {text!r}: expected e.g. 1,2") from None
+
+
 def _dispatch(zk: KazooClient, args: argparse.Namespace) -> int:
     cmd = args.admin_cmd
+    if args.coordination == "v2" and _dispatch_v2(zk, args):
+        return 0
     if cmd == "topics":
         tc = args.topics_cmd
         if tc == "create":
@@ -473,10 +543,7 @@ def _dispatch(zk: KazooClient, args: argparse.Namespace) -> int:
             _out(args, {"topic": args.topic, "added": {str(p): r for p, r in got.items()}},
                  f"requested partitions {sorted(got)} for {args.topic}")
         elif tc == "remove-partitions":
-            try:
-                parts = sorted({int(x) for x in args.partitions.split(",")})
-            except ValueError:
-                raise UsageError(f"bad --partitions {args.partitions!r}: expected e.g. 1,2") from None
+            parts = _parse_partitions(args.partitions)
             remove_partitions(zk, args.topic, parts)
             _out(args, {"topic": args.topic, "removing": parts},
                  f"requested the removal of partitions {parts} of {args.topic}")

@@ -1,4 +1,5 @@
-"""The V2 admin commands: create and delete topics (docs/design.md#v2-admin).
+"""The V2 admin commands: create and delete topics, add and remove
+partitions (docs/design.md#v2-admin).
 
 Without a controller, an admin command tells the brokers itself, through
 their state-change queues (cluster/v2/state_queue.py), and marks the
@@ -12,6 +13,9 @@ broker reading the assignment meanwhile does not act on a half-made change:
           replica, wait until the live ones took theirs, remove the topic,
           unmark. A broker that is down finds its close-replica in its queue
           when it comes back.
+  add and remove partitions: the same, for some partitions of a topic; the
+          assignment is rewritten at the version read, so a change made
+          meanwhile fails the command instead of being overwritten.
 
 Blocking kazoo calls.
 """
@@ -20,7 +24,7 @@ from __future__ import annotations
 import json
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from cluster import zkpaths
 from cluster.deadline import wait_until
@@ -97,7 +101,80 @@ def delete_topic(zk: KazooClient, topic: str, timeout_s: float = 30.0) -> list[i
     return sorted({b for b, names in queued.items() if _still_queued(zk, b, names)})
 
 
+def add_partitions(zk: KazooClient, topic: str, new: dict[int, list[int]],
+                   timeout_s: float = 30.0) -> None:
+    """Add partitions `new` (partition -> replicas) to `topic`. If a replica
+    does not take its start-replica within `timeout_s` the command undoes
+    itself (close-replica to the new replicas, marks removed) and fails."""
+    current, version = _read_assignment(zk, topic)
+    clash = sorted(set(new) & set(current.partitions))
+    if clash:
+        raise V2AdminError(f"topic {topic!r} already has partitions {clash}")
+    for p, replicas in sorted(new.items()):
+        _mark(zk, topic, p, replicas)
+    queued = _queue_to_replicas(zk, topic, new, START_REPLICA)
+    left = _wait_taken(zk, queued, timeout_s, live_only=False)
+    try:
+        if left:
+            raise V2AdminError(
+                f"adding partitions to {topic!r}: brokers {sorted(left)} did not take their "
+                f"start-replica within {timeout_s:g} s; start them and add the partitions again")
+        grown = {**current.partitions, **{p: tuple(r) for p, r in new.items()}}
+        _write_assignment(zk, topic, TopicAssignment(grown, current.topic_id), version)
+    except V2AdminError:
+        _queue_to_replicas(zk, topic, new, CLOSE_REPLICA)       # undo
+        _unmark(zk, topic)
+        raise
+    _unmark(zk, topic)
+
+
+def remove_partitions(zk: KazooClient, topic: str, partitions: list[int],
+                      timeout_s: float = 30.0) -> list[int]:
+    """Remove `partitions` of `topic` (not all of them: delete the topic).
+    Returns the brokers that were down and hold their close-replica in their
+    queues, as delete_topic."""
+    current, version = _read_assignment(zk, topic)
+    missing = sorted(set(partitions) - set(current.partitions))
+    if missing:
+        raise V2AdminError(f"topic {topic!r} has no partitions {missing}")
+    if set(partitions) >= set(current.partitions):
+        raise V2AdminError(f"that would remove every partition of {topic!r}: delete the topic")
+    gone = {p: list(current.partitions[p]) for p in sorted(set(partitions))}
+    for p in gone:
+        _mark(zk, topic, p, [])
+    queued = _queue_to_replicas(zk, topic, gone, CLOSE_REPLICA)
+    left = _wait_taken(zk, queued, timeout_s, live_only=True)
+    if left:
+        raise V2AdminError(
+            f"removing partitions of {topic!r}: live brokers {sorted(left)} did not take their "
+            f"close-replica within {timeout_s:g} s; the partitions stay marked: run it again")
+    kept = {p: r for p, r in current.partitions.items() if p not in gone}
+    # On failure the marks stay: no broker starts the closed replicas again.
+    _write_assignment(zk, topic, TopicAssignment(kept, current.topic_id), version)
+    for p in gone:
+        zk.delete(zkpaths.partition_path(topic, p), recursive=True)
+    _unmark(zk, topic)
+    return sorted({b for b, names in queued.items() if _still_queued(zk, b, names)})
+
+
 # -- helpers ------------------------------------------------------------------------------------
+
+def _read_assignment(zk: KazooClient, topic: str) -> tuple[TopicAssignment, int]:
+    try:
+        data, stat = zk.get(zkpaths.topic_path(topic))
+    except NoNodeError:
+        raise V2AdminError(f"topic {topic!r} does not exist") from None
+    return TopicAssignment.decode(data), stat.version
+
+
+def _write_assignment(zk: KazooClient, topic: str, assignment: TopicAssignment,
+                      version: int) -> None:
+    try:
+        zk.set(zkpaths.topic_path(topic), assignment.encode(), version=version)
+    except (BadVersionError, NoNodeError):
+        raise V2AdminError(f"topic {topic!r} changed while the command ran; run it again") \
+            from None
+
 
 def _mark(zk: KazooClient, topic: str, partition: int, replicas: list[int]) -> None:
     path = zkpaths.partitions_reassigned_path(topic, partition)

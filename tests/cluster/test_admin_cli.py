@@ -110,3 +110,30 @@ def test_controller_admin_cli_errors(nodes, zk_hosts, zk, capsys, tmp_path):
     # ZooKeeper unreachable within the timeout
     code, _, err = run_cli(["admin", "--zookeeper", "127.0.0.1:1", "--zk-timeout", "1", "controller"], capsys)
     assert code == 1 and "cannot reach ZooKeeper" in err and len(err.strip().splitlines()) == 1
+
+
+def test_v2_admin_cli_uses_the_v2_commands(zk_hosts, zk, capsys, tmp_path):
+    """--coordination v2 (docs/design.md#v2-admin), against a ZooKeeper with
+    no broker to take the queued requests."""
+    from cluster import zkpaths
+    from cluster.v2.state_queue import StateChangeQueue
+    from cluster.zkpaths import TopicAssignment
+    v2 = ["admin", "--zookeeper", zk_hosts, "--coordination", "v2"]
+    zk.ensure_path(zkpaths.BROKER_IDS)
+    code, _, err = run_cli(v2 + ["topics", "create", "--topic", "n", "--replica-assignment",
+                                 "1:2", "--timeout", "0.3"], capsys)
+    assert code == 1 and "brokers [1, 2] did not take their start-replica" in err, err
+    zk.ensure_path(zkpaths.TOPICS)
+    zk.create(zkpaths.topic_path("t"), TopicAssignment({0: (1, 2), 1: (2, 1)}).encode())
+    code, out, err = run_cli(v2 + ["topics", "remove-partitions", "--topic", "t",
+                                   "--partitions", "1", "--json"], capsys)
+    assert code == 0 and json.loads(out) == {"topic": "t", "removed": [1], "down": [1, 2]}, err
+    code, out, err = run_cli(v2 + ["topics", "delete", "--topic", "t"], capsys)
+    assert code == 0 and "brokers [1, 2] are down" in out, err
+    assert not zk.exists(zkpaths.topic_path("t"))
+    got = [(p.change.op, p.change.topic, p.change.partition)
+           for p in StateChangeQueue(zk, 2).pending()]
+    assert got == [
+        ("start-replica", "n", 0), ("close-replica", "t", 1), ("close-replica", "t", 0)], got
+    code, _, err = run_cli(v2 + ["reassign", "--plan", str(tmp_path / "p.json")], capsys)
+    assert code == 2 and "reassign is not built for --coordination v2" in err, err

@@ -44,3 +44,35 @@ def test_a_delete_with_every_replica_down_queues_the_closes_and_removes_the_topi
     assert not zk.exists(zkpaths.topic_path("t"))
     assert not zk.exists(zkpaths.partitions_reassigned_path("t"))
     assert ops(zk, 2) == [(CLOSE_REPLICA, 0), (CLOSE_REPLICA, 1)]
+
+
+def test_an_add_nobody_takes_fails_and_undoes_itself(zk):
+    zk.ensure_path(zkpaths.BROKER_IDS)
+    zk.ensure_path(zkpaths.TOPICS)
+    before = TopicAssignment({0: (1, 2)}, "id-1")
+    zk.create(zkpaths.topic_path("t"), before.encode())
+    with pytest.raises(admin.V2AdminError, match=r"adding partitions to 't': brokers \[1, 2\] "
+                                                 r"did not take their start-replica"):
+        admin.add_partitions(zk, "t", {1: [2, 1]}, timeout_s=0.3)
+    assert TopicAssignment.decode(zk.get(zkpaths.topic_path("t"))[0]) == before
+    assert not zk.exists(zkpaths.partitions_reassigned_path("t"))
+    assert ops(zk, 1) == ops(zk, 2) == [(START_REPLICA, 1), (CLOSE_REPLICA, 1)]
+    with pytest.raises(admin.V2AdminError, match=r"already has partitions \[0\]"):
+        admin.add_partitions(zk, "t", {0: [1]})
+
+
+def test_a_removal_with_every_replica_down_shrinks_the_assignment(zk):
+    zk.ensure_path(zkpaths.BROKER_IDS)
+    zk.ensure_path(zkpaths.TOPICS)
+    zk.create(zkpaths.topic_path("t"), TopicAssignment({0: (1, 2), 1: (2, 3)}, "id-1").encode())
+    zk.ensure_path(zkpaths.partition_path("t", 1))
+    with pytest.raises(admin.V2AdminError, match=r"has no partitions \[5\]"):
+        admin.remove_partitions(zk, "t", [1, 5])
+    with pytest.raises(admin.V2AdminError, match="every partition of 't'"):
+        admin.remove_partitions(zk, "t", [0, 1])
+    assert admin.remove_partitions(zk, "t", [1], timeout_s=1) == [2, 3]
+    assert TopicAssignment.decode(zk.get(zkpaths.topic_path("t"))[0]) == \
+        TopicAssignment({0: (1, 2)}, "id-1")
+    assert not zk.exists(zkpaths.partition_path("t", 1))
+    assert not zk.exists(zkpaths.partitions_reassigned_path("t"))
+    assert ops(zk, 3) == [(CLOSE_REPLICA, 1)]

@@ -162,3 +162,31 @@ def test_a_v2_leader_names_itself_in_its_metadata_before_the_next_cluster_read(
     finally:
         for b in made.values():
             b.kill()
+
+
+def test_v2_partitions_added_through_the_kafka_api_and_removed_by_the_admin_command(brokers, zk):
+    """CreatePartitions on a V2 broker runs the V2 add (docs/design.md#v2-admin):
+    the new partitions get leaders clients see; removing one deletes its
+    replicas and drops it from the metadata."""
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    from cluster.v2 import admin as v2admin
+    for b in brokers.values():
+        b.wait_registered(zk)
+    v2admin.create_topic(zk, T, {0: [1, 2, 3]})
+    bootstrap = ",".join(b.bootstrap for b in brokers.values())
+    wait_until(lambda: client_leaders(bootstrap) == {0: 1}, 30, "partition 0 led")
+    client = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    client.create_partitions([NewPartitions(T, 3, replica_assignment=[[2, 3, 1], [3, 1, 2]])]
+                             )[T].result(60)
+    wait_until(lambda: client_leaders(bootstrap) == {0: 1, 1: 2, 2: 3}, 30,
+               "the new partitions led by their preferred replicas")
+    dirs = {b: brokers[b].log_dir / f"{T}-2" for b in brokers}
+    wait_until(lambda: all(d.exists() for d in dirs.values()), 30, "partition 2 on every broker")
+
+    assert v2admin.remove_partitions(zk, T, [2]) == []
+    wait_until(lambda: not any(d.exists() for d in dirs.values()), 30,
+               "partition 2's replicas deleted")
+    wait_until(lambda: client_leaders(bootstrap) == {0: 1, 1: 2}, 30,
+               "partition 2 gone from the metadata")
+    assert not zk.exists(zkpaths.partition_path(T, 2))
