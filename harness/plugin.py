@@ -16,7 +16,7 @@ a failed test up for inspection), --chaoslog-target chaoslog|tansu (the
 clusters run tansu instead of the built-in broker; only the tests marked
 `any_target` run), --chaoslog-coordination controller|v2 (the built-in
 broker's coordination mode; with v2 only the tests marked `any_coordination`
-run). When a test fails, every node's log is
+or `v2_only` run, and the `v2_only` ones run only then). When a test fails, every node's log is
 attached to its report. Teardown removes every container, network, process
 and file a test made, also on failure or Ctrl-C; what a killed earlier
 session left behind is reaped by label when the next session starts.
@@ -53,7 +53,7 @@ def pytest_addoption(parser):
                          "(its opt-in image; only tests marked any_target run)")
     group.addoption("--chaoslog-coordination", choices=("controller", "v2"), default="controller",
                     help="the built-in broker's coordination mode (docs/design.md#v2); with v2 "
-                         "only tests marked any_coordination run")
+                         "only tests marked any_coordination or v2_only run")
 
 
 def pytest_configure(config):
@@ -66,6 +66,7 @@ def pytest_configure(config):
         "any_target: runs against any --chaoslog-target (the others: the built-in broker only)",
         "any_coordination: runs in either --chaoslog-coordination (the others: the controller "
         "mode only)",
+        "v2_only: runs only with --chaoslog-coordination v2 (V2's own script of a scenario)",
     ):
         config.addinivalue_line("markers", line)
 
@@ -118,7 +119,12 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason=f"tests the controller mode; --chaoslog-coordination "
                                        f"{coordination} runs only the tests marked any_coordination")
         for item in items:
-            if "any_coordination" not in item.keywords:
+            if "any_coordination" not in item.keywords and "v2_only" not in item.keywords:
+                item.add_marker(skip)
+    else:
+        skip = pytest.mark.skip(reason="V2's own script: runs with --chaoslog-coordination v2")
+        for item in items:
+            if "v2_only" in item.keywords:
                 item.add_marker(skip)
     backend = config.getoption("--chaoslog-backend")
     if backend == "local":

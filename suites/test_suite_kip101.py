@@ -63,10 +63,11 @@ broker the controller; min.insync.replicas=1 as in the KIP):
 
 Coordination modes (docs/design.md#v2): scenario 2 runs in both
 (`--chaoslog-coordination v2`: the replicas are brokers 1 and 2, elections
-are the replicas' own). Scenario 1 as scripted is the controller mode's:
-step 4 needs the controller to move the leadership to C, making A C's
-follower (and so truncate) first; in V2, A, in the ISR, takes the lock
-itself and never truncates. A V2 script of scenario 1 is not written yet.
+are the replicas' own). Scenario 1 has a script per mode: step 4 needs the
+leadership to move to C, making A C's follower (and so truncate) first. The
+controller does that in a controlled shutdown; in V2, where C and A race for
+B's lock, A is paused while B stops, so C takes it, then C is killed holding
+it and A resumes as its follower (test_hw_truncation_then_immediate_election_v2).
 
 Docker backend (the client cut is iptables; the data directories are bind
 mounts the harness reads).
@@ -182,6 +183,75 @@ def test_hw_truncation_then_immediate_election(cluster, workload, nemesis, histo
     assert last_acked >= t_cut, "no write was acknowledged after the cut"
     print(f"KIP-101 scenario 1, {mode}: A elected holding offsets below {a_end}, highest "
           f"acknowledged offset {max_acked}; {describe(summary)}")
+
+
+@pytest.mark.v2_only
+@pytest.mark.parametrize("cluster", [_config(SCENARIO_1, m) for m in MODES], indirect=True)
+def test_hw_truncation_then_immediate_election_v2(cluster, workload, nemesis, history):
+    """KIP-101 scenario 1 in V2: the same anomaly, reached through the
+    replicas' own election (the module's docstring)."""
+    mode = cluster.spec.broker_config["replication.truncation"]
+    acks = AckWatch(history)
+    zk = ZkView(nemesis.run.zk)
+    b, c, a = 1, 2, 3
+    run = workload({"t": 1}, acks="all", rate=100, producers=2, slots=4, consumers=0,
+                   assignment={"t": {0: [b, c, a]}})
+
+    # 1. Writes flow, full ISR, leader B (the preferred replica).
+    wait_for(lambda: (lai := zk.lai()).leader == b and len(lai.isr) == 3, 30,
+             f"leader {b} with a full ISR")
+    acks.wait_acks(100, 0, 30, "before the faults", TP)
+    # 2. B gets no new writes; its last ones commit.
+    t_cut = acks.now()
+    nemesis.inject("partition-clients", broker(b))
+    wait_for(lambda: acks.now() - t_cut >= 1 * S, 5, "a second after the cut")
+    last_acked = acks.since(0, TP)[-1].time
+    # 3. + 4. B stops (its lock goes) while A is frozen: C takes the lock.
+    # A's pause stays well inside its session timeout: it stays registered,
+    # so C's election keeps it in the ISR.
+    frozen = nemesis.inject("pause", broker(a))
+    t_kill = acks.now()
+    nemesis.inject("stop", broker(b))
+    moved = wait_for(lambda: (lai := zk.lai()).leader in (c, a) and lai, 15,
+                     f"a replica taking broker {b}'s lock")
+    assert moved.leader == c, f"the leadership went to {moved.leader}, not to {c}: {moved}"
+    assert set(moved.isr) == {c, a}, moved
+    # C dies holding the lock (it goes at C's session expiry); A resumes,
+    # follows C and truncates (hw) or asks C where to (leader-epoch: no answer).
+    nemesis.inject("kill", broker(c))
+    frozen.stop()
+    assert acks.now() - t_cut < 8 * S, "too slow: A's long poll (10 s) may have ended"
+    # 5. C's session expires: A, in the ISR, takes the lock.
+    elected = wait_for(lambda: (lai := zk.lai()).leader == a and lai, SESSION_TIMEOUT_S + 10,
+                       f"broker {a}'s election")
+    assert elected.isr == (a,), elected
+    max_acked = max(k.offset for k in acks.since(0, TP))
+    log_a = replica_log(cluster.data_dir(broker(a)), "t", 0)
+    a_end = max(log_a) + 1 if log_a else 0
+    if mode == "hw":
+        assert a_end <= max_acked, f"A elected with offsets up to {a_end - 1}: nothing truncated"
+    else:
+        assert a_end > max_acked, f"A elected with offsets up to {a_end - 1} < {max_acked} acknowledged"
+    # 6. Heal: clients back, B and C restarted as followers of A; writes resume.
+    t_heal = acks.now()
+    nemesis.heal()
+    wait_for(lambda: len(zk.lai().isr) >= 2, 60, "a second replica back in the ISR")
+    acks.wait_acks(100, t_heal, 30, "after the heal", TP)
+    run.finish(quiet_s=2.0, final_timeout_s=60, settle_s=3.0)
+    summary = run.verdict()
+    if mode == "hw":
+        assert summary["valid"] is False, describe(summary)
+        lost = summary["anomalies"]["lost"] + summary["anomalies"]["unseen"]
+        assert lost, describe(summary)
+        acked = ack_times(events(history.run_dir))
+        for x in lost:
+            t, _ = acked[x["value"]]
+            assert t_cut - 1 * S <= t <= t_kill, (x, t_cut, t, t_kill)
+    else:
+        assert summary["valid"] is True, describe(summary)
+    assert last_acked >= t_cut, "no write was acknowledged after the cut"
+    print(f"KIP-101 scenario 1 (V2), {mode}: A elected holding offsets below {a_end}, "
+          f"highest acknowledged offset {max_acked}; {describe(summary)}")
 
 
 # -- scenario 2 -------------------------------------------------------------------------
