@@ -5,7 +5,8 @@ watch count only grows, passes a two-minute test and fails a night. Every
 `period_s` the sampler reads, for each node whose process this host can see
 (Cluster.host_pid: a local process, or a container's main process), its
 resident memory, open file descriptors and threads from /proc, and asks each
-ZooKeeper server for its watch count (the `wchs` four-letter word). The
+ZooKeeper server for its watch count (`zk_watch_count` of the `mntr`
+four-letter word: data and child watches; `wchs` counts data watches only). The
 report plots them; flat lines over a long run are the soak's verdict
 (docs/history-format.md, "observations.jsonl").
 
@@ -24,7 +25,7 @@ from harness.observer import Observations, PeriodicSampler
 
 PERIOD_S = 10.0
 ZK_TIMEOUT_S = 2.0
-_WATCHES = re.compile(rb"Total watches:\s*(\d+)")
+_WATCHES = re.compile(rb"^zk_watch_count\s+(\d+)", re.M)
 
 
 def process_sample(pid: int | None) -> dict[str, int] | None:
@@ -50,10 +51,11 @@ def rss_kb(pid: int | None) -> int | None:
 
 
 def zk_watches(host: str, port: int, timeout: float = ZK_TIMEOUT_S) -> int | None:
-    """The server's total watch count (`wchs`), or None when it does not answer."""
+    """The server's watch count, data and child watches (`mntr`), or None
+    when it does not answer."""
     try:
         with socket.create_connection((host, port), timeout=timeout) as s:
-            s.sendall(b"wchs")
+            s.sendall(b"mntr")
             data = b""
             while chunk := s.recv(4096):
                 data += chunk

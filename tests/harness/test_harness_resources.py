@@ -1,5 +1,5 @@
 """The resource sampler (harness/resources.py) on this very process and a
-stand-in ZooKeeper that answers `wchs`; no cluster."""
+stand-in ZooKeeper that answers `mntr`, and a real one; no cluster."""
 import json
 import os
 import socket
@@ -41,14 +41,14 @@ def _fake_zookeeper(answer: bytes):
     return srv, asked
 
 
-def test_zookeeper_watches_come_from_wchs():
-    srv, asked = _fake_zookeeper(b"2 connections watching 3 paths\nTotal watches:7\n")
+def test_zookeeper_watches_come_from_mntr():
+    srv, asked = _fake_zookeeper(b"zk_version\t3.8.0\nzk_watch_count\t7\nzk_watch_bytes\t0\n")
     try:
         assert zk_watches("127.0.0.1", srv.getsockname()[1]) == 7
-        assert asked == [b"wchs"]
+        assert asked == [b"mntr"]
     finally:
         srv.close()
-    garbled, _ = _fake_zookeeper(b"wchs is not executed because it is not in the whitelist.\n")
+    garbled, _ = _fake_zookeeper(b"mntr is not executed because it is not in the whitelist.\n")
     port = garbled.getsockname()[1]
     try:
         assert zk_watches("127.0.0.1", port) is None
@@ -63,7 +63,7 @@ def test_connect_strings_name_every_server():
 
 
 def test_a_sample_holds_the_nodes_that_run_and_the_watch_count(tmp_path):
-    srv, _ = _fake_zookeeper(b"Total watches:4\n")
+    srv, _ = _fake_zookeeper(b"zk_watch_count\t4\n")
     port = srv.getsockname()[1]
     cluster = SimpleNamespace(
         spec=SimpleNamespace(node_names=lambda: ["zk-1", "broker-1", "broker-2"]),
@@ -79,3 +79,24 @@ def test_a_sample_holds_the_nodes_that_run_and_the_watch_count(tmp_path):
     assert set(got["nodes"]) == {"broker-1"} and got["zk_watches"] == 8
     line = json.loads((tmp_path / "observations.jsonl").read_text())
     assert line["kind"] == "resources" and line["time"] == 123 and sampler.samples == 1
+
+
+def test_a_real_zookeeper_counts_child_watches_too():
+    """`wchs` leaves child watches out: a controller watching /brokers/ids
+    and /brokers/topics would count as watching nothing."""
+    from kazoo.client import KazooClient
+
+    from harness.zookeeper import StandaloneZooKeeper
+    server = StandaloneZooKeeper().start()
+    zk = KazooClient(server.hosts)
+    try:
+        zk.start(timeout=10)
+        zk.ensure_path("/w/a")
+        zk.get_children("/w/a", watch=lambda e: None)
+        zk.get_children("/w", watch=lambda e: None)
+        zk.exists("/w/none", watch=lambda e: None)
+        assert zk_watches("127.0.0.1", server.port) == 3
+    finally:
+        zk.stop()
+        zk.close()
+        server.stop()
