@@ -8,9 +8,9 @@ For each partition count, each mode in turn on one ZooKeeper (3 brokers,
 RF 3, the preferred replica rotating over the brokers, so broker 3 leads a
 third of the partitions):
 
-  steady state   ZooKeeper's watch count (`wchs`) with every partition led,
-                 and its writes per second over 5 idle seconds (the zxid
-                 advances by one per write transaction).
+  steady state   ZooKeeper's watch count (data and child watches, `mntr`)
+                 with every partition led, and its writes per second over 5
+                 idle seconds (the zxid advances by one per write transaction).
   broker failure broker 3 loses its ZooKeeper session (closed, as after a
                  crash once the session expired; the session timeout itself is
                  not counted). From the close to every partition it led having
@@ -63,6 +63,7 @@ from bench_controller import (Bench, ControllerLog, FakeBrokers, _die_with_paren
                               machine, make_layout, populate, progress, read_leaders,
                               zookeeper_server)
 from cluster.deadline import wait_until  # noqa: E402
+from harness.resources import zk_watches as zk_watch_count  # noqa: E402
 from harness.zk_probe import four_letter  # noqa: E402
 
 VICTIM = 3
@@ -74,8 +75,9 @@ IDLE_S = 5.0
 # ------------------------------------------------------------ ZooKeeper's numbers
 
 def zk_watches(port: int) -> int:
-    m = re.search(r"Total watches:\s*(\d+)", four_letter("127.0.0.1", port, "wchs"))
-    return int(m.group(1)) if m else -1
+    """Data and child watches (`mntr`), -1 when ZooKeeper does not say."""
+    n = zk_watch_count("127.0.0.1", port)
+    return -1 if n is None else n
 
 
 def zk_zxid(port: int) -> int:
@@ -364,6 +366,45 @@ def v2_case(zk_server, work: Path, n: int, per_topic: int) -> dict:
         admin.close()
 
 
+# --------------------------------------------------------------------------- picture
+
+def failover_svg(results: list[dict]) -> str:
+    """A bar per (partitions, mode): seconds until every partition of the
+    failed broker had a new leader, on a log scale (the modes differ tenfold)."""
+    import math
+    rows = [r for r in results if "leaders_s" in r]
+    width, left, bar, gap = 860, 250, 26, 14
+    height = 70 + len(rows) * (bar + gap)
+    top = max(r["leaders_s"] for r in rows)
+    decades = range(-1, math.ceil(math.log10(top)) + 1)
+    span = len(decades) - 1
+
+    def x(v: float) -> float:
+        return left + (math.log10(max(v, 0.1)) + 1) / span * (width - left - 200)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           'font-family="sans-serif" font-size="13">',
+           f'<rect width="{width}" height="{height}" fill="white"/>',
+           '<text x="10" y="22" font-size="15" font-weight="bold">A broker leading a third of '
+           'the partitions fails: seconds until all have a new leader</text>']
+    for d in decades:
+        v = 10.0 ** d
+        out.append(f'<line x1="{x(v):.1f}" y1="34" x2="{x(v):.1f}" y2="{height - 20}" '
+                   'stroke="#ddd"/>')
+        out.append(f'<text x="{x(v):.1f}" y="{height - 5}" text-anchor="middle" '
+                   f'fill="#666">{v:g} s</text>')
+    for i, r in enumerate(rows):
+        y = 44 + i * (bar + gap)
+        color = "#4878a8" if r["mode"] == "controller" else "#d08a38"
+        label = f'{r["mode"]}, {r["partitions"]:,} partitions'
+        out.append(f'<text x="{left - 8}" y="{y + bar * 0.7:.1f}" text-anchor="end">{label}</text>')
+        out.append(f'<rect x="{left}" y="{y}" width="{x(r["leaders_s"]) - left:.1f}" '
+                   f'height="{bar}" fill="{color}"/>')
+        out.append(f'<text x="{x(r["leaders_s"]) + 6:.1f}" y="{y + bar * 0.7:.1f}">'
+                   f'{r["leaders_s"]:.2f} s, {r["writes_until_leaders"]:,} writes</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
 # ---------------------------------------------------------------------------- main
 
 def main() -> int:
@@ -374,7 +415,20 @@ def main() -> int:
     ap.add_argument("--partitions-per-topic", type=int, default=100)
     ap.add_argument("--out", type=Path, default=None,
                     help="results file (default bench/results/coordination-<date>.json)")
+    ap.add_argument("--svg", type=Path, default=None,
+                    help="also draw the failover times into this SVG file")
+    ap.add_argument("--svg-from", type=Path, default=None, metavar="JSON",
+                    help="only draw --svg from an earlier results file, run nothing")
     a = ap.parse_args()
+    if a.svg_from is not None:
+        if a.svg is None:
+            ap.error("--svg-from needs --svg")
+        try:
+            a.svg.write_text(failover_svg(json.loads(a.svg_from.read_text())["results"]))
+        except (OSError, ValueError, KeyError) as e:
+            ap.error(f"cannot draw from {a.svg_from}: {e}")
+        print(f"drawn to {a.svg}")
+        return 0
     try:
         counts = [int(x) for x in a.partitions.split(",") if x.strip()]
     except ValueError:
@@ -452,6 +506,9 @@ def main() -> int:
            "results": results}
     out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"\nwritten to {out}")
+    if a.svg is not None and any("leaders_s" in r for r in results):
+        a.svg.write_text(failover_svg(results))
+        print(f"drawn to {a.svg}")
     if failed:
         print(f"logs kept in {work}", file=sys.stderr)
     else:
