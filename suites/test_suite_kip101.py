@@ -146,43 +146,8 @@ def test_hw_truncation_then_immediate_election(cluster, workload, nemesis, histo
     assert acks.now() - t_cut < 8 * S, "too slow: A's long poll (10 s) may have ended"
     stopping.join(40)
     assert not stopping.is_alive() and not failed, f"broker {b}'s controlled shutdown: {failed}"
-    # 5. C's session expires: A is elected from the ISR.
-    elected = wait_for(lambda: (lai := zk.lai()).leader == a and lai, SESSION_TIMEOUT_S + 10,
-                       f"broker {a}'s election")
-    assert elected.isr == (a,), elected     # clean: A was in the ISR [C, A]
-    # What A holds as it takes over (it takes no write alone: min ISR 2).
-    max_acked = max(k.offset for k in acks.since(0, TP))
-    log_a = replica_log(cluster.data_dir(broker(a)), "t", 0)
-    a_end = max(log_a) + 1 if log_a else 0
-    if mode == "hw":
-        assert a_end <= max_acked, f"A elected with offsets up to {a_end - 1}: nothing truncated"
-    else:
-        assert a_end > max_acked, f"A elected with offsets up to {a_end - 1} < {max_acked} acknowledged"
-    # 6. Heal: clients back, B and C restarted as followers of A; writes resume.
-    t_heal = acks.now()
-    nemesis.heal()
-    wait_for(lambda: len(zk.lai().isr) >= 2, 60, "a second replica back in the ISR")
-    acks.wait_acks(100, t_heal, 30, "after the heal", TP)
-    run.finish(quiet_s=2.0, final_timeout_s=60, settle_s=3.0)
-    summary = run.verdict()
-
-    if mode == "hw":
-        assert summary["valid"] is False, describe(summary)
-        lost = summary["anomalies"]["lost"] + summary["anomalies"]["unseen"]
-        assert lost, describe(summary)
-        # What was lost is what A truncated: acknowledged in the last round
-        # before the cut took effect, after the fault began, before the kill.
-        acked = ack_times(events(history.run_dir))
-        for x in lost:
-            t, _ = acked[x["value"]]
-            assert t_cut - 1 * S <= t <= t_kill, (x, t_cut, t, t_kill)
-    else:
-        assert summary["valid"] is True, describe(summary)
-    # The scenario's premise held in both runs: writes acknowledged after the
-    # clients lost B (the round A had fetched but not seen committed).
-    assert last_acked >= t_cut, "no write was acknowledged after the cut"
-    print(f"KIP-101 scenario 1, {mode}: A elected holding offsets below {a_end}, highest "
-          f"acknowledged offset {max_acked}; {describe(summary)}")
+    _a_elected_then_judged(cluster, nemesis, history, run, acks, zk, a, mode,
+                           t_cut, t_kill, last_acked, "")
 
 
 @pytest.mark.v2_only
@@ -221,10 +186,18 @@ def test_hw_truncation_then_immediate_election_v2(cluster, workload, nemesis, hi
     nemesis.inject("kill", broker(c))
     frozen.stop()
     assert acks.now() - t_cut < 8 * S, "too slow: A's long poll (10 s) may have ended"
-    # 5. C's session expires: A, in the ISR, takes the lock.
+    _a_elected_then_judged(cluster, nemesis, history, run, acks, zk, a, mode,
+                           t_cut, t_kill, last_acked, " (V2)")
+
+
+def _a_elected_then_judged(cluster, nemesis, history, run, acks, zk, a, mode,
+                           t_cut, t_kill, last_acked, label):
+    """Scenario 1's steps 5 and 6 and its verdict, the same in both modes."""
+    # 5. C's session expires: A is elected from the ISR.
     elected = wait_for(lambda: (lai := zk.lai()).leader == a and lai, SESSION_TIMEOUT_S + 10,
                        f"broker {a}'s election")
-    assert elected.isr == (a,), elected
+    assert elected.isr == (a,), elected     # clean: A was in the ISR [C, A]
+    # What A holds as it takes over (it takes no write alone: min ISR 2).
     max_acked = max(k.offset for k in acks.since(0, TP))
     log_a = replica_log(cluster.data_dir(broker(a)), "t", 0)
     a_end = max(log_a) + 1 if log_a else 0
@@ -239,19 +212,24 @@ def test_hw_truncation_then_immediate_election_v2(cluster, workload, nemesis, hi
     acks.wait_acks(100, t_heal, 30, "after the heal", TP)
     run.finish(quiet_s=2.0, final_timeout_s=60, settle_s=3.0)
     summary = run.verdict()
+
     if mode == "hw":
         assert summary["valid"] is False, describe(summary)
         lost = summary["anomalies"]["lost"] + summary["anomalies"]["unseen"]
         assert lost, describe(summary)
+        # What was lost is what A truncated: acknowledged in the last round
+        # before the cut took effect, after the fault began, before the kill.
         acked = ack_times(events(history.run_dir))
         for x in lost:
             t, _ = acked[x["value"]]
             assert t_cut - 1 * S <= t <= t_kill, (x, t_cut, t, t_kill)
     else:
         assert summary["valid"] is True, describe(summary)
+    # The scenario's premise held in both runs: writes acknowledged after the
+    # clients lost B (the round A had fetched but not seen committed).
     assert last_acked >= t_cut, "no write was acknowledged after the cut"
-    print(f"KIP-101 scenario 1 (V2), {mode}: A elected holding offsets below {a_end}, "
-          f"highest acknowledged offset {max_acked}; {describe(summary)}")
+    print(f"KIP-101 scenario 1{label}, {mode}: A elected holding offsets below {a_end}, highest "
+          f"acknowledged offset {max_acked}; {describe(summary)}")
 
 
 # -- scenario 2 -------------------------------------------------------------------------

@@ -286,6 +286,7 @@ class Coordinator:
     async def _metadata_loop(self) -> None:
         while True:
             began = time.monotonic()
+            self._refresh_now.clear()          # a change during the read asks for the next
             try:
                 view = await self.zk.call(self._read_cluster)
                 self._update_metadata(view)
@@ -303,7 +304,6 @@ class Coordinator:
                 log.warning("V2: reading the cluster failed: %r", e)
             ended = time.monotonic()
             min_gap = READ_GAP_FACTOR * (ended - began)
-            self._refresh_now.clear()
             try:
                 await asyncio.wait_for(self._refresh_now.wait(), max(self.refresh_s, min_gap))
             except asyncio.TimeoutError:
