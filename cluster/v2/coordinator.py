@@ -365,10 +365,12 @@ class Coordinator:
         kazoo = self.zk.kazoo
         ids = [int(b) for b in kazoo.get_children(zkpaths.BROKER_IDS)]
         topics = kazoo.get_children(zkpaths.TOPICS)
-        marked = _answers({0: kazoo.get_children_async(zkpaths.PARTITIONS_REASSIGNED)}).get(0, [])
         regs = _answers({b: kazoo.get_async(zkpaths.broker_path(b)) for b in ids})
         assignments = {t: TopicAssignment.decode(data) for t, (data, _) in _answers(
             {t: kazoo.get_async(zkpaths.topic_path(t)) for t in topics}).items()}
+        # The marks after the assignments: a command marks a partition before
+        # it changes its assignment, so a change seen is seen with its mark.
+        marked = _answers({0: kazoo.get_children_async(zkpaths.PARTITIONS_REASSIGNED)}).get(0, [])
         marked_parts = _answers({t: kazoo.get_children_async(zkpaths.partitions_reassigned_path(t))
                                  for t in marked})
         tps = [(t, p) for t, a in assignments.items() for p in a.partitions]
