@@ -38,11 +38,12 @@ def v2_refusal(fault: str, target: str | None = None) -> str | None:
     (docs/design.md#v2): it has no controller to aim at, and the admin
     operations of the fault catalogue (elections, reassignment, adding
     partitions, re-creating a topic through the controller's znodes) are not
-    built for it yet."""
+    built for it yet. A recipe is judged by the faults it is made of."""
     from faults.injectors import kind
+    from faults.recipes import faults_of
     if (target or "").partition(":")[0] == "controller":
         return f"V2 coordination cannot run {fault} at the controller: it has none"
-    if kind(fault).family == "admin":
+    if any(kind(f).family == "admin" for f in faults_of([fault])):
         return f"V2 coordination cannot run {fault}: its admin operations are not built yet"
     return None
 

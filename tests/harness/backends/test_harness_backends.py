@@ -170,6 +170,7 @@ def test_v2_coordination_refuses_the_controller_role_and_the_admin_faults():
                                                 "controller: it has none")
     assert "admin operations are not built yet" in v2_refusal("elect-preferred", None)
     assert v2_refusal("partition-isolate", "random") is None
+    assert v2_refusal("isr-shrink-then-leader-loss", None) is None     # a recipe: its faults
     spec = ClusterSpec(name="v2", brokers=3, broker_config={"coordination": "v2"})
     assert make_cluster(spec, "local").refuses("zk-expire", "controller")
     assert make_cluster(ClusterSpec(name="v1", brokers=3), "local").refuses(
