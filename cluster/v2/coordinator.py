@@ -212,7 +212,12 @@ class Coordinator:
         if pv.held is None:
             if pv.replicas[0] != self.broker_id:
                 await asyncio.sleep(self.preferred_wait_s)   # the preferred replica first
+                if tp not in self.started:
+                    return                     # closed meanwhile (a deletion)
             won = await self.zk.call(self.election.elect, *tp)
+            if won is not None and tp not in self.started:
+                await self.zk.call(self.election.resign, *tp)  # closed during the election
+                return
             if won is not None:
                 log.info("V2: leads %s-%d at epoch %d, ISR %s", *tp, won.leader_epoch,
                          list(won.isr))
@@ -232,7 +237,10 @@ class Coordinator:
     def _apply(self, tp: TP, pv: PartitionView, leader: int, epoch: int,
                state: LeaderAndIsr | None) -> None:
         """Become leader or follower through the ReplicaManager's LeaderAndIsr
-        path (it ignores an epoch it already has)."""
+        path (it ignores an epoch it already has). Not for a replica closed
+        while this look waited on ZooKeeper: that would make it again."""
+        if tp not in self.started:
+            return
         isr = state.isr if state is not None else (leader,)
         version = state.zk_version if state is not None else -1
         endpoints = ()

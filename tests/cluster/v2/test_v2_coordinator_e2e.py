@@ -4,6 +4,8 @@ see them through Metadata, and a killed leader's acknowledged writes survive
 its replacement."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from cluster import admin, zkpaths
@@ -190,3 +192,40 @@ def test_v2_partitions_added_through_the_kafka_api_and_removed_by_the_admin_comm
     wait_until(lambda: client_leaders(bootstrap) == {0: 1, 1: 2}, 30,
                "partition 2 gone from the metadata")
     assert not zk.exists(zkpaths.partition_path(T, 2))
+
+
+def test_a_v2_replica_closed_while_its_partition_elects_stays_closed(brokers, zk):
+    """Found by bench/compare_modes.py: a topic is deleted while the survivors
+    of its dead leader elect. Broker 2 is frozen, so the delete waits for it
+    while broker 1, which took its close-replica, wakes from the preferred
+    replica's head start with the topic still there: it must not elect or
+    follow and make the replica again (it would fetch a deleted topic for ever)."""
+    import os
+    import signal
+    import threading
+
+    from cluster.v2 import admin as v2admin
+    for b in brokers.values():
+        b.wait_registered(zk)
+    v2admin.create_topic(zk, T, {p: list(r) for p, r in ASSIGNMENT.items()})
+    wait_until(lambda: leaders(zk) == {0: 1, 1: 2, 2: 3}, 30, "preferred leaders")
+    wait_until(lambda: all(len(state(zk, p).isr) == 3 for p in ASSIGNMENT), 30, "full ISRs")
+    brokers[3].kill()
+    wait_until(lambda: not zk.exists(zkpaths.broker_path(3)), 30, "broker 3's session gone",
+               interval=0.01)
+    os.kill(brokers[2].proc.pid, signal.SIGSTOP)
+    try:
+        deleting = threading.Thread(target=v2admin.delete_topic, args=(zk, T), daemon=True)
+        deleting.start()
+        replica = brokers[1].log_dir / f"{T}-2"
+        wait_until(lambda: not replica.exists(), 10, "broker 1 closing its replica of partition 2")
+        time.sleep(2)                   # past the head start: broker 1 may elect now
+        assert zk.exists(zkpaths.topic_path(T)), "the delete did not wait for broker 2"
+        assert not replica.exists(), "broker 1 made its closed replica again"
+    finally:
+        os.kill(brokers[2].proc.pid, signal.SIGCONT)
+    deleting.join(40)
+    assert not zk.exists(zkpaths.topic_path(T))
+    dirs = [brokers[b].log_dir / f"{T}-{p}" for b in (1, 2) for p in ASSIGNMENT]
+    wait_until(lambda: not any(d.exists() for d in dirs), 30, "the live replicas deleted")
+    assert leaders(zk) == {0: None, 1: None, 2: None}
