@@ -185,10 +185,9 @@ def say(msg: str) -> None:
 
 # -- the chaos runs ----------------------------------------------------------------------------
 
-def run_argv(mode: str, config: str, fault: str, duration: float, seed: int, out: Path,
-             schedule: Path | None = None) -> list[str]:
-    """The `chaoslog run` options of one cell: its schedule drawn from the
-    seed, or replayed from `schedule`."""
+def run_argv(mode: str, config: str, fault: str, duration: float, seed: int,
+             out: Path) -> list[str]:
+    """The `chaoslog run` options of one cell (its schedule drawn from the seed)."""
     broker_config, producers = CONFIGS[config]
     kv = [f"{k}={v}" for k, v in {**broker_config, **MODES[mode]}.items()]
     # A recipe aims its steps itself.
@@ -198,7 +197,7 @@ def run_argv(mode: str, config: str, fault: str, duration: float, seed: int, out
     return ["--backend", "docker", "--brokers", "3", "--topics", "1",
             "--partitions", str(PARTITIONS), "--replication-factor", "3",
             "--rate", "100", "--producers", "2", "--consumers", "1", *producers,
-            *(["--schedule", str(schedule)] if schedule else drawn),
+            *drawn,
             "--broker-config", *kv, "--no-analysis", "--out", str(out)]
 
 
