@@ -124,6 +124,9 @@ class FetchState:
         return not self.truncating and not self.fenced
 
 
+# A request in flight this long past the long poll is overdue (drop_overdue_request).
+OVERDUE_S = 2.0
+
 # The replica of a partition on this broker (a cluster.server.partition.Partition), or None.
 PartitionOf = Callable[[tuple[str, int]], Any]
 
@@ -150,6 +153,7 @@ class ReplicaFetcher:
         self._wake = asyncio.Event()
         self._conn: BrokerConnection | None = None
         self._addr: tuple[str, int] | None = None  # where _conn goes
+        self._sent_at: float | None = None          # when the request in flight went out
         self._stopped = False
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"fetcher-{cfg.broker_id}-from-{source_id}")
@@ -159,7 +163,20 @@ class ReplicaFetcher:
     def add(self, tp: tuple[str, int], offset: int, truncating: bool,
             leader_epoch: int = -1) -> None:
         self.partitions[tp] = FetchState(offset, truncating, leader_epoch)
+        self.drop_overdue_request()
         self._wake.set()
+
+    def drop_overdue_request(self) -> None:
+        """The source was named leader again, maybe a new incarnation at the
+        same address: a request unanswered past the long poll may have gone
+        to its dead predecessor, which never answers. Drop the connection
+        rather than wait out the socket timeout (docs/design.md#replica-fetching)."""
+        sent = self._sent_at
+        if sent is None or time.monotonic() - sent <= self.max_wait_ms / 1000 + OVERDUE_S:
+            return
+        log.info("fetcher from broker %d: a request unanswered for %.1fs; reconnecting",
+                 self.source_id, time.monotonic() - sent)
+        self._disconnect()
 
     def remove(self, tp: tuple[str, int]) -> None:
         self.partitions.pop(tp, None)
@@ -251,8 +268,12 @@ class ReplicaFetcher:
                            session_id=0, session_epoch=-1, forgotten_topics_data=[],
                            topics=[FetchRequest.FetchTopic(topic=t, partitions=ps)
                                    for t, ps in by_topic.items()])
-        body = await self._conn.request(api.FETCH, FETCH_VERSION,
-                                        bytes(req.encode(version=FETCH_VERSION)))
+        self._sent_at = time.monotonic()
+        try:
+            body = await self._conn.request(api.FETCH, FETCH_VERSION,
+                                            bytes(req.encode(version=FETCH_VERSION)))
+        finally:
+            self._sent_at = None
         resp = FetchResponse.decode(body, version=FETCH_VERSION)
         for topic_resp in resp.responses:
             for pd in topic_resp.partitions:
@@ -450,6 +471,11 @@ class FetcherManager:
 
     def source_of(self, tp) -> int | None:
         return self._by_partition.get(tp)
+
+    def drop_overdue_request(self, leader: int) -> None:
+        f = self.fetchers.get(leader)
+        if f is not None:
+            f.drop_overdue_request()
 
     async def shutdown(self) -> None:
         fs, self.fetchers = list(self.fetchers.values()), {}

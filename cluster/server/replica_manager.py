@@ -300,6 +300,7 @@ class ReplicaManager:
                         controller_epoch)
         self._tell_leadership(p, False)
         if same_leader:
+            self.fetchers.drop_overdue_request(s.leader)   # a restarted leader, maybe
             return  # already following that leader (Kafka 0.8 skips the restart too)
         self.fetchers.remove(p.tp)
         if self.truncation == "hw":
