@@ -87,11 +87,14 @@ def pytest_sessionstart(session):
         print(f"\nchaoslog: removed {len(removed)} leftovers of a killed earlier run: "
               + ", ".join(removed[:6]) + (" ..." if len(removed) > 6 else ""))
     atexit.register(_destroy_all)
-    # SIGTERM (a CI timeout, `kill`) tears clusters down like Ctrl-C does.
+    # SIGTERM (a CI timeout, `kill`) ends the session like Ctrl-C does: the
+    # clusters torn down, the fixtures finalized, no further test. (A
+    # SystemExit raised inside a test is only that test's failure: pytest
+    # went on with the next ones.)
     if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
         def on_term(signum, frame):
             _destroy_all()
-            raise SystemExit(128 + signum)
+            raise KeyboardInterrupt(f"signal {signum}")
         signal.signal(signal.SIGTERM, on_term)
 
 

@@ -72,3 +72,38 @@ def test_passing_test_leaves_nothing(pytester):
     assert registered(name) is None
     import os
     assert not os.path.exists(base)
+
+
+def test_sigterm_ends_the_session_like_ctrl_c(pytester, tmp_path):
+    """A CI timeout's SIGTERM stops the run: the running test ends and no
+    later test starts (a SystemExit in the test would only have failed it)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from cluster.deadline import wait_until
+    started, second = tmp_path / "started", tmp_path / "second"
+    pytester.makepyfile(f"""
+        import pathlib, time
+
+        def test_first():
+            pathlib.Path({str(started)!r}).touch()
+            time.sleep(60)
+
+        def test_second():
+            pathlib.Path({str(second)!r}).touch()
+    """)
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
+                            cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert wait_until(started.exists, 60, 0.05), "the first test did not start"
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert time.monotonic() - t0 < 20
+    assert proc.returncode == 2, out.decode()[-2000:]       # interrupted
+    assert not second.exists(), "a test ran after the SIGTERM"
