@@ -88,14 +88,8 @@ def delete_topic(zk: KazooClient, topic: str, timeout_s: float = 30.0) -> list[i
     except NoNodeError:
         raise V2AdminError(f"topic {topic!r} does not exist") from None
     parts = {p: list(r) for p, r in assignment.partitions.items()}
-    for p in sorted(parts):
-        _mark(zk, topic, p, [])
-    queued = _queue_to_replicas(zk, topic, parts, CLOSE_REPLICA)
-    left = _wait_taken(zk, queued, timeout_s, live_only=True)
-    if left:
-        raise V2AdminError(
-            f"deleting {topic!r}: live brokers {sorted(left)} did not take their close-replica "
-            f"within {timeout_s:g} s; the topic stays marked: run the delete again")
+    queued = _close_marked(zk, topic, parts, timeout_s,
+                           f"deleting {topic!r}", "the topic stays marked: run the delete again")
     zk.delete(zkpaths.topic_path(topic), recursive=True)
     _unmark(zk, topic)
     return sorted({b for b, names in queued.items() if _still_queued(zk, b, names)})
@@ -140,14 +134,8 @@ def remove_partitions(zk: KazooClient, topic: str, partitions: list[int],
     if set(partitions) >= set(current.partitions):
         raise V2AdminError(f"that would remove every partition of {topic!r}: delete the topic")
     gone = {p: list(current.partitions[p]) for p in sorted(set(partitions))}
-    for p in gone:
-        _mark(zk, topic, p, [])
-    queued = _queue_to_replicas(zk, topic, gone, CLOSE_REPLICA)
-    left = _wait_taken(zk, queued, timeout_s, live_only=True)
-    if left:
-        raise V2AdminError(
-            f"removing partitions of {topic!r}: live brokers {sorted(left)} did not take their "
-            f"close-replica within {timeout_s:g} s; the partitions stay marked: run it again")
+    queued = _close_marked(zk, topic, gone, timeout_s, f"removing partitions of {topic!r}",
+                           "the partitions stay marked: run it again")
     kept = {p: r for p, r in current.partitions.items() if p not in gone}
     # On failure the marks stay: no broker starts the closed replicas again.
     _write_assignment(zk, topic, TopicAssignment(kept, current.topic_id), version)
@@ -158,6 +146,20 @@ def remove_partitions(zk: KazooClient, topic: str, partitions: list[int],
 
 
 # -- helpers ------------------------------------------------------------------------------------
+
+def _close_marked(zk: KazooClient, topic: str, parts: dict[int, list[int]], timeout_s: float,
+                  doing: str, then: str) -> dict[int, set[str]]:
+    """Mark `parts` deleted ([]), queue close-replica to their replicas and
+    wait for the live ones; broker -> the names of its requests."""
+    for p in sorted(parts):
+        _mark(zk, topic, p, [])
+    queued = _queue_to_replicas(zk, topic, parts, CLOSE_REPLICA)
+    left = _wait_taken(zk, queued, timeout_s, live_only=True)
+    if left:
+        raise V2AdminError(f"{doing}: live brokers {sorted(left)} did not take their "
+                           f"close-replica within {timeout_s:g} s; {then}")
+    return queued
+
 
 def _read_assignment(zk: KazooClient, topic: str) -> tuple[TopicAssignment, int]:
     try:
