@@ -121,6 +121,15 @@ class ZkView:
     def lai(self, topic: str = "t", partition: int = 0) -> zkpaths.LeaderAndIsr:
         return zkpaths.read_leader_and_isr(self.zk, topic, partition)
 
+    def elected(self, topic: str = "t", partition: int = 0) -> zkpaths.LeaderAndIsr | None:
+        """lai() once its leader has written it, else None. In V2 a replica
+        takes the lock before it writes its epoch's ISR: a read in between
+        shows the new leader with the old ISR (docs/design.md#v2-election)."""
+        data, stat = self.zk.get(zkpaths.leader_and_isr_path(topic, partition))
+        state = zkpaths.LeaderAndIsr.decode(data, stat.version)
+        lai = self.lai(topic, partition)
+        return lai if (lai.leader, lai.leader_epoch) == (state.leader, state.leader_epoch) else None
+
     def controller(self) -> int | None:
         try:
             data, _ = self.zk.get(zkpaths.CONTROLLER)

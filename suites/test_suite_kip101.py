@@ -177,8 +177,8 @@ def test_hw_truncation_then_immediate_election_v2(cluster, workload, nemesis, hi
     frozen = nemesis.inject("pause", broker(a))
     t_kill = acks.now()
     nemesis.inject("stop", broker(b))
-    moved = wait_for(lambda: (lai := zk.lai()).leader in (c, a) and lai, 15,
-                     f"a replica taking broker {b}'s lock")
+    moved = wait_for(lambda: (lai := zk.elected()) is not None and lai.leader in (c, a) and lai,
+                     15, f"a replica taking broker {b}'s lock")
     assert moved.leader == c, f"the leadership went to {moved.leader}, not to {c}: {moved}"
     assert set(moved.isr) == {c, a}, moved
     # C dies holding the lock (it goes at C's session expiry); A resumes,
@@ -194,8 +194,8 @@ def _a_elected_then_judged(cluster, nemesis, history, run, acks, zk, a, mode,
                            t_cut, t_kill, last_acked, label):
     """Scenario 1's steps 5 and 6 and its verdict, the same in both modes."""
     # 5. C's session expires: A is elected from the ISR.
-    elected = wait_for(lambda: (lai := zk.lai()).leader == a and lai, SESSION_TIMEOUT_S + 10,
-                       f"broker {a}'s election")
+    elected = wait_for(lambda: (lai := zk.elected()) is not None and lai.leader == a and lai,
+                       SESSION_TIMEOUT_S + 10, f"broker {a}'s election")
     assert elected.isr == (a,), elected     # clean: A was in the ISR [C, A]
     # What A holds as it takes over (it takes no write alone: min ISR 2).
     max_acked = max(k.offset for k in acks.since(0, TP))
