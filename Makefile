@@ -9,7 +9,7 @@ demo: setup
 	.venv/bin/chaoslog demo
 
 test: setup
-	.venv/bin/pytest
+	.venv/bin/pytest --durations=30
 
 # The suites that run in both coordination modes, in V2 (docs/design.md#v2).
 test-v2: setup
