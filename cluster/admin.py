@@ -281,21 +281,30 @@ def parse_plan(text: str) -> dict[tuple[str, int], list[int]]:
 
 
 def reassign(zk: KazooClient, plan: dict[tuple[str, int], list[int]], wait: bool = False,
-             timeout: float = 60.0) -> dict[str, Any]:
+             timeout: float = 60.0, coordination: str = "controller") -> dict[str, Any]:
     """Start a reassignment (KAFKA-42). With wait, wait until the controller
-    removed every partition from the admin znode, then report success only if
-    each partition's AR equals the requested replicas."""
+    (in V2: each partition's leader) is done with every partition, then
+    report success only if each partition's AR equals the requested replicas."""
     for (t, p), r in plan.items():
         ta, _ = _assignment(zk, t)
         if p not in ta.partitions:
             raise AdminError(f"topic {t!r} has no partition {p}")
         if not r or len(set(r)) != len(r):
             raise UsageError(f"{t}-{p}: replicas {r} must be distinct and non-empty")
+    result: dict[str, Any] = {"started": True, "done": False, "partitions": []}
+    if coordination == "v2":
+        from cluster.v2 import admin as v2admin
+        try:
+            left = v2admin.reassign(zk, plan, timeout if wait else 0.0)
+        except v2admin.V2AdminError as e:
+            raise AdminError(str(e)) from None
+        if not wait:
+            return result
+        return _reassign_result(zk, plan, left, result)
     try:
         zk.create(zkpaths.REASSIGN_PARTITIONS, zkpaths.encode_reassignment(plan), makepath=True)
     except NodeExistsError:
         raise AdminError("a partition reassignment is already in progress") from None
-    result: dict[str, Any] = {"started": True, "done": False, "partitions": []}
     if not wait:
         return result
 
@@ -305,7 +314,13 @@ def reassign(zk: KazooClient, plan: dict[tuple[str, int], list[int]], wait: bool
         except NoNodeError:
             return set()
     wait_until(lambda: not pending(), timeout, 0.1)
-    left = pending()
+    return _reassign_result(zk, plan, pending(), result)
+
+
+def _reassign_result(zk: KazooClient, plan: dict[tuple[str, int], list[int]],
+                     left: set[tuple[str, int]], result: dict[str, Any]) -> dict[str, Any]:
+    """Each partition's status: in progress (`left`), done (AR is what was
+    asked for) or failed."""
     ok = True
     for (t, p), r in sorted(plan.items()):
         try:
@@ -320,10 +335,13 @@ def reassign(zk: KazooClient, plan: dict[tuple[str, int], list[int]], wait: bool
     return result
 
 
-def preferred_election(zk: KazooClient, topic: str | Iterable[str] | None = None
+def preferred_election(zk: KazooClient, topic: str | Iterable[str] | None = None,
+                       coordination: str = "controller", timeout: float = 30.0
                        ) -> list[tuple[str, int]]:
     """Ask the controller to move leadership back to the preferred replicas of
-    a topic, of several, or of every topic."""
+    a topic, of several, or of every topic; the partitions asked for. In V2
+    the leaders resign themselves: wait up to `timeout` for them, and fail
+    naming the partitions whose preferred replica could lead and does not."""
     if topic is None:
         topics = list_topics(zk)
     else:
@@ -334,6 +352,13 @@ def preferred_election(zk: KazooClient, topic: str | Iterable[str] | None = None
         tps += [(t, p) for p in sorted(ta.partitions)]
     if not tps:
         raise AdminError("no partitions to elect")
+    if coordination == "v2":
+        from cluster.v2 import admin as v2admin
+        stuck = v2admin.preferred_election(zk, tps, timeout)
+        if stuck:
+            raise AdminError(f"after {timeout:g} s the preferred replica, live and in sync, does "
+                             f"not lead {', '.join(f'{t}-{p}' for t, p in stuck)}; try again")
+        return tps
     try:
         zk.create(zkpaths.PREFERRED_REPLICA_ELECTION, zkpaths.encode_partition_list(tps),
                   makepath=True)
@@ -434,6 +459,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true")
     pe = leaf(sub, "preferred-election", "move leaders back to preferred replicas")
     pe.add_argument("--topic")
+    pe.add_argument("--timeout", type=float, default=30.0,
+                    help="with --coordination v2: how long to wait for the leaders to move")
     pe.add_argument("--json", action="store_true")
     ci = leaf(sub, "controller", "active controller id and epoch")
     ci.add_argument("--json", action="store_true")
@@ -465,7 +492,7 @@ def _dispatch_v2(zk: KazooClient, args: argparse.Namespace) -> bool:
     command is the same in both modes (describe, list, brokers)."""
     from cluster.v2 import admin as v2admin
     cmd, tc = args.admin_cmd, getattr(args, "topics_cmd", None)
-    if cmd in ("reassign", "preferred-election", "controller", "state-log"):
+    if cmd in ("controller", "state-log"):
         raise UsageError(f"{cmd} is not built for --coordination v2 (docs/design.md#v2-admin: "
                          "V2 has no controller)")
     if cmd != "topics" or tc not in V2_TOPIC_ACTIONS:
@@ -555,7 +582,7 @@ def _dispatch(zk: KazooClient, args: argparse.Namespace) -> int:
             text = Path(args.plan).read_text()
         except OSError as e:
             raise UsageError(f"cannot read plan {args.plan}: {e.strerror}") from None
-        res = reassign(zk, parse_plan(text), args.wait, args.timeout)
+        res = reassign(zk, parse_plan(text), args.wait, args.timeout, args.coordination)
         if args.json:
             print(json.dumps(res, sort_keys=True))
         elif not args.wait:
@@ -568,7 +595,7 @@ def _dispatch(zk: KazooClient, args: argparse.Namespace) -> int:
             print("error: reassignment did not complete as requested", file=sys.stderr)
             return 1
     elif cmd == "preferred-election":
-        tps = preferred_election(zk, args.topic)
+        tps = preferred_election(zk, args.topic, args.coordination, args.timeout)
         _out(args, {"partitions": [{"topic": t, "partition": p} for t, p in tps]},
              f"preferred replica election requested for {len(tps)} partitions")
     elif cmd == "controller":

@@ -1,5 +1,7 @@
 """The V2 admin commands: create and delete topics, add and remove
-partitions (docs/design.md#v2-admin).
+partitions (docs/design.md#v2-admin); reassign partitions and ask for
+preferred leaders, which the partitions' leaders carry out
+(docs/design.md#v2-reassignment).
 
 Without a controller, an admin command tells the brokers itself, through
 their state-change queues (cluster/v2/state_queue.py), and marks the
@@ -28,6 +30,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from cluster import zkpaths
 from cluster.deadline import wait_until
+from cluster.v2.election import reassigning_to
 from cluster.v2.state_queue import (CLOSE_REPLICA, NO_EPOCH, START_REPLICA, StateChange,
                                     StateChangeQueue)
 from cluster.zkpaths import TopicAssignment
@@ -230,3 +233,89 @@ def _wait_taken(zk: KazooClient, queued: dict[int, set[str]], timeout_s: float,
                 if (b in live or not live_only) and _still_queued(zk, b, names)}
     wait_until(lambda: not left(), timeout_s, 0.1)
     return left()
+
+
+# -- reassignment and preferred election: carried out by the leaders --------------------------
+
+def reassign(zk: KazooClient, plan: dict[tuple[str, int], list[int]],
+             timeout_s: float = 0.0) -> set[tuple[str, int]]:
+    """Move partitions to new replicas (docs/design.md#v2-reassignment):
+    mark each with its new replicas; its leader carries the move out.
+    Refused, with nothing marked, if a partition is missing, a new replica
+    is not registered, or a partition is already being changed. A partition
+    already on its new replicas is done at once. Waits up to `timeout_s`
+    and returns the partitions still moving."""
+    live = _registered(zk)
+    moving = {}
+    for (t, p), replicas in sorted(plan.items()):
+        ar = _read_assignment(zk, t)[0].partitions.get(p)
+        if ar is None:
+            raise V2AdminError(f"topic {t!r} has no partition {p}")
+        dead = sorted(set(replicas) - live)
+        if dead:
+            raise V2AdminError(f"{t}-{p}: brokers {dead} are not registered; start them first")
+        mark = reassigning_to(zk, t, p)
+        if mark is not None and mark != ar:
+            raise V2AdminError(f"{t}-{p} is already being changed (to {list(mark)}); "
+                               "wait until that is done")
+        if tuple(replicas) != ar:
+            moving[(t, p)] = list(replicas)
+    for (t, p), replicas in sorted(moving.items()):
+        _mark(zk, t, p, replicas)
+
+    def left() -> set[tuple[str, int]]:
+        return {tp for tp in moving if _still_moving(zk, *tp)}
+    if timeout_s > 0:
+        wait_until(lambda: not left(), timeout_s, 0.2)
+    return left()
+
+
+def preferred_election(zk: KazooClient, partitions: list[tuple[str, int]],
+                       timeout_s: float = 30.0) -> list[tuple[str, int]]:
+    """Ask the leaders of `partitions` to resign for their preferred replica
+    where it is registered and in the ISR (docs/design.md#v2-reassignment):
+    write /admin/preferred_replica_election, which every broker reads,
+    wait up to `timeout_s` until those partitions are led by their
+    preferred replica, remove the request. Returns the partitions whose
+    preferred replica could lead and does not."""
+    path = zkpaths.PREFERRED_REPLICA_ELECTION
+    data = zkpaths.encode_partition_list(partitions)
+    try:
+        zk.create(path, data, makepath=True)
+    except NodeExistsError:
+        zk.set(path, data)           # a request left by a command that died: replaced
+
+    def not_yet() -> list[tuple[str, int]]:
+        live = _registered(zk)
+        out = []
+        for t, p in partitions:
+            try:
+                ar = _read_assignment(zk, t)[0].partitions.get(p, ())
+                state = zkpaths.read_leader_and_isr(zk, t, p)
+            except (V2AdminError, NoNodeError):
+                continue                 # deleted meanwhile
+            if ar and ar[0] in live and ar[0] in state.isr and state.leader != ar[0]:
+                out.append((t, p))
+        return out
+    try:
+        wait_until(lambda: not not_yet(), timeout_s, 0.2)
+        return not_yet()
+    finally:
+        try:
+            zk.delete(path)
+        except NoNodeError:
+            pass
+
+
+def _still_moving(zk: KazooClient, topic: str, partition: int) -> bool:
+    mark = reassigning_to(zk, topic, partition)
+    if mark is None:
+        return False
+    try:
+        return mark != _read_assignment(zk, topic)[0].partitions.get(partition)
+    except V2AdminError:
+        return False                 # the topic is gone
+
+
+def _registered(zk: KazooClient) -> set[int]:
+    return {int(b) for b in zk.get_children(zkpaths.BROKER_IDS)}

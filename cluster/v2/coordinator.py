@@ -12,6 +12,8 @@ decides:
     after `v2.preferred.replica.wait.ms`);
   - start- and close-replica requests arrive in this broker's state-change
     queue (cluster/v2/state_queue.py), drained at startup and on every change;
+  - the leader alone carries out a reassignment of its partition and
+    resigns for the preferred replica (docs/design.md#v2-reassignment);
   - the metadata clients get is read from ZooKeeper every
     `v2.metadata.refresh.ms`, or less often in a big cluster (one pipelined
     read; ZooKeeper is read at most 1/READ_GAP_FACTOR of the time); a
@@ -27,11 +29,12 @@ waiting out the preferred replica's head start does not hold up the others.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
 
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import BadVersionError, NoNodeError
 from kazoo.recipe.watchers import ChildrenWatch, DataWatch
 
 from cluster import zkpaths
@@ -40,8 +43,9 @@ from cluster.protocol.control import (BrokerEndpoint, LeaderAndIsrRequest, Parti
 from cluster.server.metadata_cache import LEADER_DURING_DELETE, MetadataCache
 from cluster.server.replica_manager import ReplicaManager
 from cluster.server.zk_client import ZkClient
-from cluster.v2.election import Election, read_state
-from cluster.v2.state_queue import CLOSE_REPLICA, Pending, StateChangeQueue, acts_on
+from cluster.v2.election import Election, read_state, reassigning_to, replica_set
+from cluster.v2.state_queue import (CLOSE_REPLICA, START_REPLICA, Pending, StateChange,
+                                    StateChangeQueue, acts_on)
 from cluster.zkpaths import (NO_LEADER, V2_CONTROLLER_EPOCH, BrokerRegistration, LeaderAndIsr,
                              LeaderLock, TopicAssignment, loads)
 
@@ -65,20 +69,37 @@ class Held:
 
 @dataclass(frozen=True)
 class PartitionView:
-    replicas: tuple[int, ...]
+    """A partition as read: its assignment AR, the replicas an admin
+    command is moving it to (None: not marked), its lock and leaderAndISR."""
+    assigned: tuple[int, ...]
+    moving_to: tuple[int, ...] | None
     topic_id: str
     held: Held | None
     state: LeaderAndIsr | None
+
+    @property
+    def replicas(self) -> tuple[int, ...]:
+        """AR, plus the new replicas while a reassignment runs."""
+        return replica_set(self.assigned, self.moving_to)
+
+    @property
+    def reassigning(self) -> bool:
+        """A reassignment to carry out: a mark of new replicas that are not
+        the assignment yet (a create or add-partitions mark of a partition
+        just written equals it; a deletion's is ())."""
+        return bool(self.moving_to) and tuple(self.moving_to) != tuple(self.assigned)
 
 
 @dataclass(frozen=True)
 class ClusterView:
     """One read of what clients are told: live brokers and every partition;
     plus the partitions an admin command is changing (their new replicas,
-    () for a deletion: docs/design.md#v2-admin)."""
+    () for a deletion: docs/design.md#v2-admin) and those asked to move
+    back to their preferred replica."""
     brokers: dict[int, BrokerRegistration]
     partitions: dict[TP, PartitionView]
     marks: dict[TP, tuple[int, ...]]
+    preferred: frozenset[TP] = frozenset()
 
 
 class Coordinator:
@@ -89,6 +110,8 @@ class Coordinator:
         self.metadata = metadata
         self.preferred_wait_s = cfg["v2.preferred.replica.wait.ms"] / 1000
         self.refresh_s = cfg["v2.metadata.refresh.ms"] / 1000
+        self.auto_rebalance = cfg["auto.leader.rebalance.enable"]
+        self.preferred_asked: frozenset[TP] = frozenset()   # /admin/preferred_replica_election
         self.queue = StateChangeQueue(zk.kazoo, self.broker_id, cfg["v2.state.queue.max.requests"])
         self.election = Election(zk.kazoo, self.broker_id,
                                  unclean=cfg["unclean.leader.election.enable"])
@@ -194,12 +217,23 @@ class Coordinator:
         self.started.add(tp)
         await self.zk.call(self._watch_lock, tp)
 
-    def _close_replica(self, tp: TP) -> None:
-        """closeReplica: stop fetching, delete the replica."""
+    async def _close_replica(self, tp: TP) -> None:
+        """closeReplica: stop fetching, delete the replica, and give the
+        lock up if this broker led (a reassignment moved the partition away)."""
         self.started.discard(tp)
         self.rm.handle_stop_replica(StopReplicaRequest(
             -1, V2_CONTROLLER_EPOCH, True, (TopicPartition(*tp),), broker_id=self.broker_id))
+        await self.zk.call(self.election.resign, *tp)
         log.info("V2: closed replica %s-%d", *tp)
+
+    async def _resign(self, tp: TP, why: str) -> None:
+        """Stop taking writes for `tp`, then give its lock up: the replicas
+        elect again (the preferred one first)."""
+        p = self.rm.partition(tp)
+        if p is not None and p.is_leader:
+            p.fence()
+        log.info("V2: resigns the leadership of %s-%d: %s", *tp, why)
+        await self.zk.call(self.election.resign, *tp)
 
     async def _reconcile(self, tp: TP) -> None:
         """Make this broker's replica match the partition's lock: take the
@@ -208,6 +242,8 @@ class Coordinator:
             return
         pv = await self.zk.call(self._read_partition, tp)
         if self.broker_id not in pv.replicas:
+            if pv.held is not None and pv.held.ours:   # moved away, its close-replica lost
+                await self._resign(tp, "no longer a replica")
             return
         if pv.held is None:
             if pv.replicas[0] != self.broker_id:
@@ -222,6 +258,8 @@ class Coordinator:
                 log.info("V2: leads %s-%d at epoch %d, ISR %s", *tp, won.leader_epoch,
                          list(won.isr))
                 self._apply(tp, pv, self.broker_id, won.leader_epoch, won)
+                await self._as_leader(tp, dataclasses.replace(
+                    pv, held=Held(LeaderLock(self.broker_id, won.leader_epoch), True), state=won))
                 return
             pv = await self.zk.call(self._read_partition, tp)
             if pv.held is None:
@@ -231,8 +269,71 @@ class Coordinator:
             if not held.ours:
                 log.info("V2: %s-%d is locked by this broker's earlier session; waiting "
                          "for it to expire", *tp)
-            return            # ours: we lead (applied when we won)
+            else:
+                await self._as_leader(tp, pv)   # we lead (applied when we won)
+            return
         self._apply(tp, pv, held.lock.broker, held.lock.epoch, pv.state)
+
+    # -- what only the leader does (docs/design.md#v2-reassignment) -------------------------------
+
+    async def _as_leader(self, tp: TP, pv: PartitionView) -> None:
+        """The leader's part: carry a reassignment one step further, or
+        resign for the preferred replica when it is asked for (or
+        `auto.leader.rebalance.enable`) and that replica is live and in sync."""
+        p = self.rm.partition(tp)
+        if p is None or not p.is_leader or pv.held is None or not pv.held.ours:
+            return
+        if pv.reassigning:
+            await self._reassign_step(tp, pv, p)
+        elif ((self.auto_rebalance or tp in self.preferred_asked)
+              and self._preferred_ready(pv, p.isr, self.metadata.endpoint)):
+            await self._resign(tp, f"preferred replica {pv.replicas[0]} is in sync")
+
+    def _preferred_ready(self, pv: PartitionView, isr, registered) -> bool:
+        preferred = pv.replicas[0] if pv.replicas else None
+        return (preferred is not None and preferred != self.broker_id and preferred in isr
+                and registered(preferred) is not None)
+
+    async def _reassign_step(self, tp: TP, pv: PartitionView, p) -> None:
+        """One step of moving AR to RAR, each safe to repeat and resumed by
+        the next leader if this one dies (the mark stays until the end):
+
+          1. RAR not all in this leader's replica set: a new leader epoch
+             handing the followers AR + RAR; start-replica to RAR - AR;
+          2. RAR not all in the ISR yet: wait (looked at again on every read
+             of the cluster);
+          3. a leader in RAR starts an epoch with replicas RAR and ISR ∩ RAR;
+             close-replica to AR - RAR; AR := RAR; unmark; a leader not in
+             RAR then closes its own replica, which gives the lock up."""
+        rar = tuple(pv.moving_to)
+        if not set(rar) <= set(p.replicas):
+            state = await self.zk.call(self.election.bump, *tp, None)
+            if state is None:
+                return
+            self._apply(tp, pv, self.broker_id, state.leader_epoch, state)
+            new = [b for b in rar if b not in pv.assigned]
+            await self.zk.call(self._queue, tp, new, START_REPLICA, state.leader_epoch)
+            log.info("V2: %s-%d moving to %s: epoch %d, started %s", *tp, list(rar),
+                     state.leader_epoch, new)
+            return
+        if not set(rar) <= p.isr:
+            return
+        if self.broker_id in rar:
+            state = await self.zk.call(self.election.bump, *tp,
+                                       tuple(b for b in sorted(p.isr) if b in rar))
+            if state is None:
+                return
+            self._apply(tp, PartitionView(rar, None, pv.topic_id, pv.held, state), self.broker_id,
+                        state.leader_epoch, state)
+        old = [b for b in pv.assigned if b not in rar]
+        epoch = p.leader_epoch
+        await self.zk.call(self._queue, tp, [b for b in old if b != self.broker_id],
+                           CLOSE_REPLICA, epoch)
+        if not await self.zk.call(self._finish_reassignment, tp, pv.assigned, rar):
+            return
+        log.info("V2: %s-%d moved from %s to %s", *tp, list(pv.assigned), list(rar))
+        if self.broker_id not in rar:
+            await self.zk.call(self._queue, tp, [self.broker_id], CLOSE_REPLICA, epoch)
 
     def _apply(self, tp: TP, pv: PartitionView, leader: int, epoch: int,
                state: LeaderAndIsr | None) -> None:
@@ -279,7 +380,7 @@ class Coordinator:
             return
         tp = (change.topic, change.partition)
         if change.op == CLOSE_REPLICA:
-            self._close_replica(tp)
+            await self._close_replica(tp)
             return
         pv = await self.zk.call(self._read_partition, tp)
         current = pv.held.lock.epoch if pv.held is not None else None
@@ -298,7 +399,12 @@ class Coordinator:
             try:
                 view = await self.zk.call(self._read_cluster)
                 self._update_metadata(view)
+                self.preferred_asked = view.preferred
                 for tp, pv in sorted(view.partitions.items()):
+                    if pv.held is not None and pv.held.ours and (
+                            pv.reassigning or self.broker_id not in pv.replicas
+                            or self._leader_may_resign(tp, pv)):
+                        self._kick(tp)                        # the leader's part
                     if self.broker_id not in pv.replicas:
                         continue
                     if tp not in self.started:
@@ -317,6 +423,10 @@ class Coordinator:
             except asyncio.TimeoutError:
                 pass
             await asyncio.sleep(max(0.0, ended + min_gap - time.monotonic()))
+
+    def _leader_may_resign(self, tp: TP, pv: PartitionView) -> bool:
+        return ((self.auto_rebalance or tp in self.preferred_asked) and pv.state is not None
+                and self._preferred_ready(pv, pv.state.isr, self.metadata.endpoint))
 
     def _update_metadata(self, view: ClusterView) -> None:
         states = []
@@ -363,8 +473,8 @@ class Coordinator:
             assignment = TopicAssignment.decode(kazoo.get(zkpaths.topic_path(tp[0]))[0])
         except NoNodeError:
             assignment = TopicAssignment()
-        return PartitionView(assignment.partitions.get(tp[1], ()), assignment.topic_id,
-                             self._held(tp), read_state(self.zk.kazoo, *tp))
+        return PartitionView(assignment.partitions.get(tp[1], ()), reassigning_to(kazoo, *tp),
+                             assignment.topic_id, self._held(tp), read_state(self.zk.kazoo, *tp))
 
     def _read_cluster(self) -> ClusterView:
         """One read of the whole cluster, pipelined: each round's requests
@@ -386,6 +496,8 @@ class Coordinator:
         states = _answers({tp: kazoo.get_async(zkpaths.leader_and_isr_path(*tp)) for tp in tps})
         marks = _answers({(t, int(p)): kazoo.get_async(zkpaths.partitions_reassigned_path(t, int(p)))
                           for t, parts in marked_parts.items() for p in parts})
+        marks = {tp: tuple(loads(data) or ()) for tp, (data, _) in marks.items()}
+        asked = _answers({0: kazoo.get_async(zkpaths.PREFERRED_REPLICA_ELECTION)})
 
         brokers = {b: BrokerRegistration.decode(b, data) for b, (data, _) in regs.items()}
         partitions = {}
@@ -394,10 +506,37 @@ class Coordinator:
             held = self._held_from(*locks[tp]) if tp in locks else None
             state = LeaderAndIsr.decode(states[tp][0], states[tp][1].version) \
                 if tp in states else None
-            partitions[tp] = PartitionView(assignment.partitions[tp[1]], assignment.topic_id,
-                                           held, state)
-        return ClusterView(brokers, partitions,
-                           {tp: tuple(loads(data) or ()) for tp, (data, _) in marks.items()})
+            partitions[tp] = PartitionView(assignment.partitions[tp[1]], marks.get(tp),
+                                           assignment.topic_id, held, state)
+        preferred = frozenset(zkpaths.decode_partition_list(asked[0][0])) if 0 in asked else ()
+        return ClusterView(brokers, partitions, marks, frozenset(preferred))
+
+    def _queue(self, tp: TP, brokers: list[int], op: str, epoch: int) -> None:
+        """Queue `op` of `tp` to each broker, as this partition's leader at `epoch`."""
+        for b in brokers:
+            StateChangeQueue(self.zk.kazoo, b).put(StateChange(op, *tp, epoch, f"broker-{self.broker_id}"))
+
+    def _finish_reassignment(self, tp: TP, old: tuple[int, ...], rar: tuple[int, ...]) -> bool:
+        """AR := RAR, at the version read and only if AR is still `old`;
+        then remove the mark. False if the assignment changed meanwhile."""
+        kazoo = self.zk.kazoo
+        try:
+            data, stat = kazoo.get(zkpaths.topic_path(tp[0]))
+        except NoNodeError:
+            return False
+        current = TopicAssignment.decode(data)
+        if current.partitions.get(tp[1]) != tuple(old):
+            return False
+        moved = TopicAssignment({**current.partitions, tp[1]: tuple(rar)}, current.topic_id)
+        try:
+            kazoo.set(zkpaths.topic_path(tp[0]), moved.encode(), version=stat.version)
+        except (BadVersionError, NoNodeError):
+            return False
+        try:
+            kazoo.delete(zkpaths.partitions_reassigned_path(*tp))
+        except NoNodeError:
+            pass
+        return True
 
     def _held(self, tp: TP) -> Held | None:
         try:

@@ -24,7 +24,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from cluster import zkpaths
-from cluster.zkpaths import V2_CONTROLLER_EPOCH, LeaderAndIsr, LeaderLock
+from cluster.zkpaths import V2_CONTROLLER_EPOCH, LeaderAndIsr, LeaderLock, loads
 
 def current_lock(zk: KazooClient, topic: str, partition: int) -> LeaderLock | None:
     try:
@@ -43,6 +43,24 @@ def read_state(zk: KazooClient, topic: str, partition: int) -> LeaderAndIsr | No
     return LeaderAndIsr.decode(data, stat.version)
 
 
+def reassigning_to(zk: KazooClient, topic: str, partition: int) -> tuple[int, ...] | None:
+    """The partition's mark under /brokers/partitions_reassigned: the
+    replicas an admin command is moving it to ((): deleting it); None if
+    unmarked."""
+    try:
+        data, _ = zk.get(zkpaths.partitions_reassigned_path(topic, partition))
+    except NoNodeError:
+        return None
+    return tuple(loads(data) or ())
+
+
+def replica_set(assigned: tuple[int, ...], moving_to: tuple[int, ...] | None) -> tuple[int, ...]:
+    """A partition's replicas: AR, and while a reassignment runs the new
+    ones of RAR after them (AR + RAR, as Kafka's controller:
+    docs/design.md#v2-reassignment)."""
+    return tuple(assigned) + tuple(b for b in moving_to or () if b not in assigned)
+
+
 def eligible(broker_id: int, replicas: tuple[int, ...], state: LeaderAndIsr | None,
              live: set[int], unclean: bool) -> bool:
     """Whether `broker_id` may try to lead (see the module's docstring)."""
@@ -55,13 +73,17 @@ def eligible(broker_id: int, replicas: tuple[int, ...], state: LeaderAndIsr | No
     return unclean and not (set(state.isr) & live)
 
 
-def new_state(broker_id: int, state: LeaderAndIsr | None, live: set[int]) -> LeaderAndIsr:
+def new_state(broker_id: int, state: LeaderAndIsr | None, live: set[int],
+              replicas: tuple[int, ...] = ()) -> LeaderAndIsr:
     """The leaderAndISR the winner writes: the next epoch, and an ISR of
-    itself and the registered members of the old one (a dead member would
-    only hold up commits until it is dropped as lagging)."""
+    itself and the registered members of the old one that are still
+    replicas (a dead member would only hold up commits until it is dropped
+    as lagging; a replica moved away by a reassignment is gone for good).
+    `replicas` empty: any replica."""
     if state is None:
         return LeaderAndIsr(broker_id, 0, (broker_id,), V2_CONTROLLER_EPOCH)
-    isr = (broker_id,) + tuple(b for b in state.isr if b != broker_id and b in live)
+    isr = (broker_id,) + tuple(b for b in state.isr if b != broker_id and b in live
+                               and (not replicas or b in replicas))
     return LeaderAndIsr(broker_id, state.leader_epoch + 1, isr, V2_CONTROLLER_EPOCH,
                         state.zk_version)
 
@@ -93,7 +115,29 @@ class Election:
             return None
         except NoNodeError:
             return None                        # the partition was deleted meanwhile
-        return self._write_state(topic, partition, state, live)
+        return self._write_state(topic, partition, state, live, replicas)
+
+    def bump(self, topic: str, partition: int,
+             isr: tuple[int, ...] | None = None) -> LeaderAndIsr | None:
+        """As the leader, start a new leader epoch with ISR `isr` (None: the
+        ISR as written) (a
+        reassignment hands its followers a new replica set this way:
+        docs/design.md#v2-reassignment): write leaderAndISR at the version
+        read, then the lock's epoch, which the followers watch. None if this
+        broker does not hold the lock or the write lost a race (try again)."""
+        lock = current_lock(self.zk, topic, partition)
+        state = read_state(self.zk, topic, partition)
+        if lock is None or lock.broker != self.broker_id or state is None:
+            return None
+        new = LeaderAndIsr(self.broker_id, state.leader_epoch + 1,
+                           state.isr if isr is None else isr, V2_CONTROLLER_EPOCH)
+        try:
+            version = self.zk.set(zkpaths.leader_and_isr_path(topic, partition), new.encode(),
+                                  version=state.zk_version).version
+        except (BadVersionError, NoNodeError):
+            return None
+        self._set_lock_epoch(topic, partition, state)
+        return dataclasses.replace(new, zk_version=version)
 
     def resign(self, topic: str, partition: int) -> None:
         """Give the lock up (preferred election, reassignment, shutdown): the
@@ -106,13 +150,13 @@ class Election:
                 pass
 
     def _write_state(self, topic: str, partition: int, state: LeaderAndIsr | None,
-                     live: set[int]) -> LeaderAndIsr:
+                     live: set[int], replicas: tuple[int, ...]) -> LeaderAndIsr:
         """Holding the lock, write the new epoch. Only a deposed leader's ISR
         change can race this write; on a version conflict read again and
         build on what it wrote."""
         path = zkpaths.leader_and_isr_path(topic, partition)
         while True:
-            new = new_state(self.broker_id, state, live)
+            new = new_state(self.broker_id, state, live, replicas)
             try:
                 if state is None:
                     self.zk.create(path, new.encode())
@@ -134,7 +178,8 @@ class Election:
             data, _ = self.zk.get(zkpaths.topic_path(topic))
         except NoNodeError:
             return ()
-        return zkpaths.TopicAssignment.decode(data).partitions.get(partition, ())
+        assigned = zkpaths.TopicAssignment.decode(data).partitions.get(partition, ())
+        return replica_set(assigned, reassigning_to(self.zk, topic, partition))
 
     def _live(self) -> set[int]:
         try:

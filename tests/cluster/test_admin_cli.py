@@ -135,5 +135,11 @@ def test_v2_admin_cli_uses_the_v2_commands(zk_hosts, zk, capsys, tmp_path):
            for p in StateChangeQueue(zk, 2).pending()]
     assert got == [
         ("start-replica", "n", 0), ("close-replica", "t", 1), ("close-replica", "t", 0)], got
-    code, _, err = run_cli(v2 + ["reassign", "--plan", str(tmp_path / "p.json")], capsys)
-    assert code == 2 and "reassign is not built for --coordination v2" in err, err
+    zk.create(zkpaths.topic_path("u"), TopicAssignment({0: (1, 2)}).encode())
+    plan = tmp_path / "p.json"
+    plan.write_text(json.dumps({"partitions": [{"topic": "u", "partition": 0, "replicas": [3, 1]}]}))
+    code, _, err = run_cli(v2 + ["reassign", "--plan", str(plan)], capsys)
+    assert code == 1 and "u-0: brokers [1, 3] are not registered" in err, err
+    assert not zk.exists(zkpaths.partitions_reassigned_path("u", 0))
+    code, _, err = run_cli(v2 + ["controller"], capsys)
+    assert code == 2 and "controller is not built for --coordination v2" in err, err

@@ -37,6 +37,11 @@ def state(zk, p) -> LeaderAndIsr:
     return LeaderAndIsr.decode(data, stat.version)
 
 
+def isr(zk, p) -> tuple[int, ...]:
+    """The ISR as written; () before the first leader wrote one."""
+    return state(zk, p).isr if zk.exists(zkpaths.leader_and_isr_path(T, p)) else ()
+
+
 def client_leaders(bootstrap: str) -> dict[int, int]:
     from confluent_kafka.admin import AdminClient
     md = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0}).list_topics(T, timeout=10)
@@ -104,7 +109,8 @@ def test_a_v2_broker_closes_a_replica_its_queue_asks_it_to_close(brokers, zk):
     admin.create_topic(zk, T, 3, 3, replica_assignment=ASSIGNMENT)
     wait_until(lambda: leaders(zk) == {0: 1, 1: 2, 2: 3}, 30, "preferred leaders")
     replica_dir = brokers[3].log_dir / f"{T}-1"
-    wait_until(replica_dir.exists, 30, "broker 3's replica of partition 1")
+    wait_until(lambda: all((brokers[3].log_dir / f"{T}-{p}").exists() for p in ASSIGNMENT), 30,
+               "broker 3's replicas (a follower's once it waited out the preferred replica)")
     data, stat = zk.get(zkpaths.topic_path(T))
     moved = zkpaths.TopicAssignment.decode(data)
     moved.partitions[1] = (2, 1)
@@ -229,3 +235,69 @@ def test_a_v2_replica_closed_while_its_partition_elects_stays_closed(brokers, zk
     dirs = [brokers[b].log_dir / f"{T}-{p}" for b in (1, 2) for p in ASSIGNMENT]
     wait_until(lambda: not any(d.exists() for d in dirs), 30, "the live replicas deleted")
     assert leaders(zk) == {0: None, 1: None, 2: None}
+
+
+def test_v2_reassignment_moves_a_partition_off_its_leader_without_losing_acks(brokers, zk):
+    """docs/design.md#v2-reassignment, through `chaoslog admin`: partition 0
+    on [1, 2] moved to [3, 2] under acks=all writes. Its leader, broker 1,
+    starts broker 3's replica at a new epoch, waits for it in the ISR,
+    writes the assignment, closes its own replica and resigns; broker 3,
+    the preferred replica, leads. Nothing acknowledged is lost."""
+    for b in brokers.values():
+        b.wait_registered(zk)
+    admin.create_topic(zk, T, 1, 2, replica_assignment={0: [1, 2]})
+    wait_until(lambda: isr(zk, 0) == (1, 2) and leaders(zk)[0] == 1, 30,
+               "broker 1 leads, broker 2 in sync")
+    bootstrap = ",".join(b.bootstrap for b in brokers.values())
+    with AckedProducer(bootstrap, T, b"r%06d", **{"enable.idempotence": True}) as producer:
+        wait_until(lambda: len(producer.acked) >= 300, 30, "writes acknowledged")
+        result = admin.reassign(zk, {(T, 0): [3, 2]}, wait=True, timeout=60, coordination="v2")
+        assert result["done"], result
+        before = len(producer.acked)
+        wait_until(lambda: leaders(zk)[0] == 3, 30, "broker 3, the preferred replica, leads")
+        wait_until(lambda: len(producer.acked) >= before + 300, 60,
+                   "writes acknowledged after the move")
+    assert zkpaths.TopicAssignment.decode(zk.get(zkpaths.topic_path(T))[0]).partitions[0] == (3, 2)
+    assert not zk.exists(zkpaths.partitions_reassigned_path(T, 0))
+    wait_until(lambda: set(state(zk, 0).isr) == {2, 3}, 30, "the ISR is the new replicas")
+    wait_until(lambda: not (brokers[1].log_dir / f"{T}-0").exists(), 30,
+               "broker 1's replica closed")
+    acked = producer.acked
+    read = read_partition(",".join(brokers[b].bootstrap for b in (2, 3)), 0, len(acked))
+    assert not set(acked) - set(read), f"acknowledged writes lost: {len(set(acked) - set(read))}"
+
+
+def test_v2_reassignment_refusals_leave_nothing_marked(brokers, zk):
+    for b in (1, 2):
+        brokers[b].wait_registered(zk)
+    brokers[3].kill()
+    wait_until(lambda: not zk.exists(zkpaths.broker_path(3)), 30, "broker 3's session gone")
+    admin.create_topic(zk, T, 1, 2, replica_assignment={0: [1, 2]})
+    with pytest.raises(admin.AdminError, match=r"brokers \[3\] are not registered"):
+        admin.reassign(zk, {(T, 0): [3, 2]}, coordination="v2")
+    with pytest.raises(admin.AdminError, match="has no partition 5"):
+        admin.reassign(zk, {(T, 5): [1, 2]}, coordination="v2")
+    assert not zk.exists(zkpaths.partitions_reassigned_path(T, 0))
+    # Already on the requested replicas: done at once, nothing marked.
+    assert admin.reassign(zk, {(T, 0): [1, 2]}, wait=True, timeout=5, coordination="v2")["done"]
+    assert not zk.exists(zkpaths.partitions_reassigned_path(T, 0))
+
+
+def test_v2_preferred_election_moves_leadership_back_to_the_preferred_replica(brokers, zk):
+    """The preferred replica of partition 0, broker 1, is killed and comes
+    back: broker 2 or 3 still leads. `chaoslog admin --coordination v2
+    preferred-election` asks the leader to resign; broker 1 leads again and
+    the request is removed."""
+    for b in brokers.values():
+        b.wait_registered(zk)
+    admin.create_topic(zk, T, 1, 3, replica_assignment={0: [1, 2, 3]})
+    wait_until(lambda: leaders(zk)[0] == 1 and len(isr(zk, 0)) == 3, 30,
+               "broker 1 leads a full ISR")
+    brokers[1].kill()
+    wait_until(lambda: leaders(zk)[0] in (2, 3), 30, "broker 2 or 3 leads")
+    brokers[1].start().wait_registered(zk)
+    wait_until(lambda: 1 in state(zk, 0).isr, 60, "broker 1 back in the ISR")
+    assert leaders(zk)[0] in (2, 3), "broker 1 took the lead back by itself"
+    assert admin.preferred_election(zk, T, coordination="v2", timeout=30) == [(T, 0)]
+    assert leaders(zk)[0] == 1
+    assert not zk.exists(zkpaths.PREFERRED_REPLICA_ELECTION)

@@ -8,7 +8,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError
 
 from cluster import zkpaths
-from cluster.v2.election import Election, current_lock, eligible, new_state
+from cluster.v2.election import Election, current_lock, eligible, new_state, replica_set
 from cluster.zkpaths import LeaderAndIsr, LeaderLock, TopicAssignment
 
 T = "t"
@@ -155,6 +155,40 @@ def test_the_new_state_drops_unregistered_isr_members_and_raises_the_epoch():
     old = LeaderAndIsr(1, 7, (1, 2, 3), -1, zk_version=4)
     assert new_state(3, old, live={2, 3}) == LeaderAndIsr(3, 8, (3, 2), -1, 4)
     assert new_state(2, None, live={2}) == LeaderAndIsr(2, 0, (2,), -1)
+    # A member moved away by a reassignment is no replica any more.
+    assert new_state(3, old, live={1, 2, 3}, replicas=(3, 2)) == LeaderAndIsr(3, 8, (3, 2), -1, 4)
+
+
+def test_while_a_reassignment_runs_the_replicas_are_ar_then_the_new_ones():
+    assert replica_set((1, 2), None) == (1, 2)
+    assert replica_set((1, 2), (3, 2)) == (1, 2, 3)
+    assert replica_set((1, 2), ()) == (1, 2)          # a deletion's mark adds none
+
+
+def test_a_new_replica_in_the_isr_may_lead_while_the_partition_moves(zk, sessions):
+    """Partition 0 moving from [1] to [2]: broker 2, in the ISR, takes over
+    when broker 1's lock goes (docs/design.md#v2-reassignment)."""
+    assign(zk, replicas=(1,))
+    one, two = sessions(1), sessions(2)
+    election(one, 1).elect(T, 0)
+    s = read_state(zk)
+    zk.set(zkpaths.leader_and_isr_path(T, 0), LeaderAndIsr(1, 0, (1, 2), -1).encode(),
+           version=s.zk_version)
+    assert election(two, 2).elect(T, 0) is None          # locked, and not a replica
+    zk.create(zkpaths.partitions_reassigned_path(T, 0), b"[2]", makepath=True)
+    election(one, 1).resign(T, 0)
+    won = election(two, 2).elect(T, 0)
+    assert won is not None and won.leader == 2 and won.leader_epoch == 1
+
+
+def test_bump_raises_the_epoch_of_the_lock_holder_only(zk, sessions):
+    assign(zk, replicas=(1, 2))
+    one, two = sessions(1), sessions(2)
+    election(one, 1).elect(T, 0)
+    assert election(two, 2).bump(T, 0) is None           # not its lock
+    bumped = election(one, 1).bump(T, 0, (1,))
+    assert (bumped.leader, bumped.leader_epoch, bumped.isr) == (1, 1, (1,))
+    assert read_state(zk) == bumped and current_lock(zk, T, 0) == LeaderLock(1, 1)
 
 
 def test_readers_take_a_v2_partitions_leader_from_its_lock(zk, sessions):
