@@ -84,6 +84,7 @@ def zookeeper_state(zk: Any) -> dict[str, Any]:
             zk.get(zkpaths.REASSIGN_PARTITIONS)[0]).items()}
     except NoNodeError:
         reassigning = {}
+    reassigning.update(_v2_marks(zk))
     partitions, unelected = [], []
     for topic in sorted(zk.get_children(zkpaths.TOPICS)):
         try:
@@ -91,6 +92,8 @@ def zookeeper_state(zk: Any) -> dict[str, Any]:
         except NoNodeError:
             continue  # deleted between the two reads
         for p, replicas in sorted(assignment.partitions.items()):
+            if reassigning.get(f"{topic}/{p}") == list(replicas):
+                del reassigning[f"{topic}/{p}"]  # a V2 mark of a move just done
             try:
                 lai = zkpaths.read_leader_and_isr(zk, topic, p)
             except NoNodeError:
@@ -103,6 +106,27 @@ def zookeeper_state(zk: Any) -> dict[str, Any]:
     return {"controller": controller, "controller_epoch": controller_epoch,
             "live_brokers": live, "reassigning": reassigning, "partitions": partitions,
             "unelected": unelected}
+
+
+def _v2_marks(zk: Any) -> dict[str, list[int]]:
+    """V2's pending reassignments: the marks with new replicas under
+    /brokers/partitions_reassigned (docs/design.md#v2-reassignment); a
+    deletion's empty mark is none."""
+    from kazoo.exceptions import NoNodeError
+    out = {}
+    try:
+        topics = zk.get_children(zkpaths.PARTITIONS_REASSIGNED)
+    except NoNodeError:
+        return out
+    for t in topics:
+        try:
+            for p in zk.get_children(zkpaths.partitions_reassigned_path(t)):
+                mark = zkpaths.loads(zk.get(zkpaths.partitions_reassigned_path(t, int(p)))[0])
+                if mark:
+                    out[f"{t}/{p}"] = [int(b) for b in mark]
+        except NoNodeError:
+            continue  # done between the reads
+    return out
 
 
 class PeriodicSampler:

@@ -76,3 +76,22 @@ def test_a_removal_with_every_replica_down_shrinks_the_assignment(zk):
     assert not zk.exists(zkpaths.partition_path("t", 1))
     assert not zk.exists(zkpaths.partitions_reassigned_path("t"))
     assert ops(zk, 3) == [(CLOSE_REPLICA, 1)]
+
+
+def test_a_reassignment_nobody_carries_out_stays_marked_and_pending(zk):
+    """With no leader to carry it out the move stays marked: a second one is
+    refused, and the harness's observer counts it as a pending reassignment
+    (its `unrecovered` and `isr-invariant` checks allow for the new replicas)."""
+    from harness.observer import zookeeper_state
+    for b in (1, 2, 3):
+        zk.create(zkpaths.broker_path(b), b"{}", makepath=True)
+    zk.ensure_path(zkpaths.TOPICS)
+    zk.create(zkpaths.topic_path("m"), TopicAssignment({0: (1, 2), 1: (2, 3)}).encode())
+    assert admin.reassign(zk, {("m", 0): [3, 2], ("m", 1): [2, 3]}, timeout_s=0.5) == {("m", 0)}
+    assert zookeeper_state(zk)["reassigning"] == {"m/0": [3, 2]}
+    with pytest.raises(admin.V2AdminError, match=r"m-0 is already being changed \(to \[3, 2\]\)"):
+        admin.reassign(zk, {("m", 0): [1, 3]})
+    # A leader that wrote the assignment and died before unmarking: done.
+    zk.set(zkpaths.topic_path("m"), TopicAssignment({0: (3, 2), 1: (2, 3)}).encode())
+    assert zookeeper_state(zk)["reassigning"] == {}
+    assert admin.reassign(zk, {("m", 0): [1, 3]}) == {("m", 0)}
