@@ -264,7 +264,7 @@ def reassign(zk: KazooClient, plan: dict[tuple[str, int], list[int]],
         _mark(zk, t, p, replicas)
 
     def left() -> set[tuple[str, int]]:
-        return {tp for tp in moving if _still_moving(zk, *tp)}
+        return {tp for tp in moving if still_moving(zk, *tp)}
     if timeout_s > 0:
         wait_until(lambda: not left(), timeout_s, 0.2)
     return left()
@@ -273,41 +273,53 @@ def reassign(zk: KazooClient, plan: dict[tuple[str, int], list[int]],
 def preferred_election(zk: KazooClient, partitions: list[tuple[str, int]],
                        timeout_s: float = 30.0) -> list[tuple[str, int]]:
     """Ask the leaders of `partitions` to resign for their preferred replica
-    where it is registered and in the ISR (docs/design.md#v2-reassignment):
-    write /admin/preferred_replica_election, which every broker reads,
-    wait up to `timeout_s` until those partitions are led by their
-    preferred replica, remove the request. Returns the partitions whose
-    preferred replica could lead and does not."""
-    path = zkpaths.PREFERRED_REPLICA_ELECTION
+    where it is registered and in the ISR (docs/design.md#v2-reassignment),
+    wait up to `timeout_s` until those partitions are led by it, remove the
+    request. Returns the partitions whose preferred replica could lead and
+    does not."""
+    ask_preferred(zk, partitions)
+    try:
+        wait_until(lambda: not preferred_pending(zk, partitions), timeout_s, 0.2)
+        return preferred_pending(zk, partitions)
+    finally:
+        end_preferred(zk)
+
+
+def ask_preferred(zk: KazooClient, partitions: list[tuple[str, int]]) -> None:
+    """Write /admin/preferred_replica_election, which every broker reads; a
+    request left by a command that died is replaced."""
     data = zkpaths.encode_partition_list(partitions)
     try:
-        zk.create(path, data, makepath=True)
+        zk.create(zkpaths.PREFERRED_REPLICA_ELECTION, data, makepath=True)
     except NodeExistsError:
-        zk.set(path, data)           # a request left by a command that died: replaced
+        zk.set(zkpaths.PREFERRED_REPLICA_ELECTION, data)
 
-    def not_yet() -> list[tuple[str, int]]:
-        live = _registered(zk)
-        out = []
-        for t, p in partitions:
-            try:
-                ar = _read_assignment(zk, t)[0].partitions.get(p, ())
-                state = zkpaths.read_leader_and_isr(zk, t, p)
-            except (V2AdminError, NoNodeError):
-                continue                 # deleted meanwhile
-            if ar and ar[0] in live and ar[0] in state.isr and state.leader != ar[0]:
-                out.append((t, p))
-        return out
-    try:
-        wait_until(lambda: not not_yet(), timeout_s, 0.2)
-        return not_yet()
-    finally:
+
+def preferred_pending(zk: KazooClient, partitions: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """The partitions whose preferred replica is registered and in the ISR
+    but does not lead."""
+    live = _registered(zk)
+    out = []
+    for t, p in partitions:
         try:
-            zk.delete(path)
-        except NoNodeError:
-            pass
+            ar = _read_assignment(zk, t)[0].partitions.get(p, ())
+            state = zkpaths.read_leader_and_isr(zk, t, p)
+        except (V2AdminError, NoNodeError):
+            continue                 # deleted meanwhile
+        if ar and ar[0] in live and ar[0] in state.isr and state.leader != ar[0]:
+            out.append((t, p))
+    return out
 
 
-def _still_moving(zk: KazooClient, topic: str, partition: int) -> bool:
+def end_preferred(zk: KazooClient) -> None:
+    try:
+        zk.delete(zkpaths.PREFERRED_REPLICA_ELECTION)
+    except NoNodeError:
+        pass
+
+
+def still_moving(zk: KazooClient, topic: str, partition: int) -> bool:
+    """Whether a move of the partition is marked and not done."""
     mark = reassigning_to(zk, topic, partition)
     if mark is None:
         return False

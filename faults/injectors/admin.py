@@ -6,7 +6,8 @@ partition reassignment) drives the controller's state machines
 (docs/design.md#reassignment, #preferred-election) while brokers fail, and
 moves leadership with writes in flight: leader churn. They go through
 cluster.admin (the design's ZooKeeper admin paths), as `chaoslog admin`
-does. Nothing is undone at the heal: the new placement is legitimate; the
+does; in V2 coordination, where each partition's leader carries them out
+(docs/design.md#v2-reassignment), through its V2 commands. Nothing is undone at the heal: the new placement is legitimate; the
 step ends when the operation completed (or its time is up), and notes what
 it changed.
 
@@ -17,7 +18,8 @@ it changed.
                    none, one more is added, or a follower is dropped
   add-partitions   one of the run's topics gets one more partition
   recreate-topic   one of the run's topics deleted and created again on the
-                   same replicas (the checker judges each incarnation apart)
+                   same replicas (the checker judges each incarnation apart;
+                   not in V2: harness.backends.base.v2_refusal)
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from typing import Any
 
 from cluster import admin, zkpaths
 from cluster.deadline import wait_until
+from cluster.v2 import admin as v2admin
 from faults.injectors.base import FaultContext, FaultError, Injector
 
 # How long an operation may take before the step gives up waiting (the
@@ -112,26 +115,64 @@ class _AdminOperation(Injector):
                  if (t, p) in self.before and a["leader"] != self.before[(t, p)]["leader"]]
         self.notes.append(f"leaders moved: {', '.join(moved)}" if moved else "no leader moved")
 
+    @property
+    def v2(self) -> bool:
+        return self.ctx.coordination == "v2"
+
+    def _actor(self) -> list[str]:
+        """Who carries an operation of the whole cluster out: the controller;
+        in V2, where any broker serves admin requests, the lowest live one
+        (the one Metadata names)."""
+        if self.v2:
+            return [_broker(min(self.ctx.resolver.live_brokers()))]
+        return [_broker(self.ctx.resolver.controller())]
+
+    def _reassign(self, plan: dict[tuple[str, int], list[int]]) -> None:
+        admin.reassign(self.zk, plan, coordination=self.ctx.coordination)
+
     def _reassignment_done(self, topic: str, partition: int, replicas: list[int]) -> bool:
         d = admin.describe_topic(self.zk, topic)["partitions"]
-        return (list(d[partition]["replicas"]) == replicas
-                and not self.zk.exists(zkpaths.REASSIGN_PARTITIONS))
+        if list(d[partition]["replicas"]) != replicas:
+            return False
+        if self.v2:
+            return not v2admin.still_moving(self.zk, topic, partition)
+        return not self.zk.exists(zkpaths.REASSIGN_PARTITIONS)
 
-    def _election_done(self) -> bool:
-        return not self.zk.exists(zkpaths.PREFERRED_REPLICA_ELECTION)
+    def _ask_preferred(self, topics: set[str] | None) -> None:
+        """Ask for the preferred replicas of `topics` (None: every topic) to
+        lead. In V2 the leaders resign themselves while the request is
+        there (docs/design.md#v2-reassignment)."""
+        if not self.v2:
+            admin.preferred_election(self.zk, topics)
+            return
+        if self.zk.exists(zkpaths.PREFERRED_REPLICA_ELECTION):
+            raise admin.AdminError("a preferred replica election is already in progress")
+        self._asked = sorted(_leaders(self.zk, topics))
+        v2admin.ask_preferred(self.zk, self._asked)
+
+    def _await_election(self) -> bool:
+        """Wait until the election asked for is done; in V2 then remove the
+        request."""
+        try:
+            if self.v2:
+                return self._wait(lambda: not v2admin.preferred_pending(self.zk, self._asked))
+            return self._wait(lambda: not self.zk.exists(zkpaths.PREFERRED_REPLICA_ELECTION))
+        finally:
+            if self.v2:
+                v2admin.end_preferred(self.zk)
 
 
 class ElectPreferred(_AdminOperation):
     fault = "elect-preferred"
 
     def _resolve(self) -> list[str]:
-        return [_broker(self.ctx.resolver.controller())]
+        return self._actor()
 
     def request(self) -> None:
-        admin.preferred_election(self.zk, self.ctx.resolver.topics)
+        self._ask_preferred(self.ctx.resolver.topics)
 
     def settle(self) -> None:
-        self._wait(self._election_done)
+        self._await_election()
 
 
 class MoveLeader(_AdminOperation):
@@ -157,15 +198,15 @@ class MoveLeader(_AdminOperation):
         return [_broker(d["leader"]), _broker(new)]
 
     def request(self) -> None:
-        admin.reassign(self.zk, {self.partition: self.replicas})
+        self._reassign({self.partition: self.replicas})
 
     def settle(self) -> None:
         t, p = self.partition
         if not self._wait(lambda: self._reassignment_done(t, p, self.replicas)):
             self.notes.append("reorder not done when the step ended")
             return
-        admin.preferred_election(self.zk, t)
-        self._wait(self._election_done)
+        self._ask_preferred({t})
+        self._await_election()
 
 
 class Reassign(_AdminOperation):
@@ -208,7 +249,7 @@ class Reassign(_AdminOperation):
         return [_broker(b) for b in moved]
 
     def request(self) -> None:
-        admin.reassign(self.zk, {self.partition: self.replicas})
+        self._reassign({self.partition: self.replicas})
 
     def settle(self) -> None:
         t, p = self.partition
@@ -221,7 +262,10 @@ class AddPartitions(_AdminOperation):
     its replicas, elects its leader and tells every broker
     (docs/design.md#partitions) while other faults happen. Clients learn of it
     from Metadata; a consumer group rebalances to take it in. The workload's
-    producers write to the partitions they started with."""
+    producers write to the partitions they started with. In V2 the command
+    queues start-replica to the new replicas and waits for them
+    (docs/design.md#v2-admin): it runs in settle, and a replica that is down
+    fails it (noted)."""
     fault = "add-partitions"
 
     def _resolve(self) -> list[str]:
@@ -232,10 +276,13 @@ class AddPartitions(_AdminOperation):
         self.topic = self.ctx.rng.choice(topics)
         self.count = len(admin.describe_topic(self.zk, self.topic)["partitions"]) + 1
         self.params = {**self.params, "topic": self.topic, "partitions": self.count}
-        return [_broker(self.ctx.resolver.controller())]
+        return self._actor()
 
     def request(self) -> None:
-        self.new = admin.add_partitions(self.zk, self.topic, self.count)
+        if self.v2:
+            self.new = admin.plan_new_partitions(self.zk, self.topic, self.count)
+        else:
+            self.new = admin.add_partitions(self.zk, self.topic, self.count)
 
     def _partitions_led(self) -> bool:
         parts = admin.describe_topic(self.zk, self.topic)["partitions"]
@@ -244,6 +291,12 @@ class AddPartitions(_AdminOperation):
             for p in self.new)
 
     def settle(self) -> None:
+        if self.v2:
+            try:
+                v2admin.add_partitions(self.zk, self.topic, self.new, OPERATION_TIMEOUT_S)
+            except v2admin.V2AdminError as e:
+                self.notes.append(f"not added: {e}")
+                return
         done = self._wait(self._partitions_led)
         self.notes.append(f"{self.topic}/{','.join(map(str, sorted(self.new)))} "
                           + ("led with a full ISR" if done else "not led with a full ISR when "

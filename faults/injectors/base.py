@@ -46,6 +46,12 @@ class FaultContext:
     def default_partition(self) -> tuple[str, int] | None:
         return self.resolver.default_partition
 
+    @property
+    def coordination(self) -> str:
+        """`controller` or `v2` (docs/design.md#v2): who carries admin
+        operations out, the controller or each partition's leader."""
+        return getattr(self.cluster, "coordination", "controller")
+
     @classmethod
     def create(cls, cluster: Any, zk: Any, *, seed: int | None, recorder: Any = None,
                log: Callable[[str], None] = lambda msg: None,

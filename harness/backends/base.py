@@ -35,16 +35,16 @@ def is_v2(broker_config: dict) -> bool:
 
 def v2_refusal(fault: str, target: str | None = None) -> str | None:
     """Why `fault` cannot run against the built-in broker in V2 coordination
-    (docs/design.md#v2): it has no controller to aim at, and the admin
-    operations of the fault catalogue (elections, reassignment, adding
-    partitions, re-creating a topic through the controller's znodes) are not
-    built for it yet. A recipe is judged by the faults it is made of."""
-    from faults.injectors import kind
+    (docs/design.md#v2): it has no controller to aim at, and a topic
+    re-created there waits for every replica to take its start-replica, so
+    with a broker down the run's topic would stay deleted. A recipe is
+    judged by the faults it is made of."""
     from faults.recipes import faults_of
     if (target or "").partition(":")[0] == "controller":
         return f"V2 coordination cannot run {fault} at the controller: it has none"
-    if any(kind(f).family == "admin" for f in faults_of([fault])):
-        return f"V2 coordination cannot run {fault}: its admin operations are not built yet"
+    if "recreate-topic" in faults_of([fault]):
+        return (f"V2 coordination cannot run {fault}: a V2 topic creation waits for every "
+                "replica, so with a broker down the run's topic would stay deleted")
     return None
 
 
@@ -214,6 +214,12 @@ class Cluster(abc.ABC):
         reads (roles, registrations, recovery). Without it the harness asks
         the brokers through the Kafka protocol (`kafka_metadata`)."""
         return bool(self.zookeeper_connect)
+
+    @property
+    def coordination(self) -> str:
+        """The brokers' coordination mode, `controller` or `v2`
+        (docs/design.md#v2): admin faults ask the controller or the leaders."""
+        return "v2" if is_v2(self.spec.broker_config) else "controller"
 
     def refuses(self, fault: str, target: str | None = None) -> str | None:
         """Why `fault` of the catalogue, aimed at `target`, cannot run against

@@ -161,17 +161,21 @@ def test_proxied_links_cut_a_broker_off_zookeeper(cluster_factory, backend):
     assert registered_brokers(c.zookeeper_connect) == {1, 2, 3}
 
 
-def test_v2_coordination_refuses_the_controller_role_and_the_admin_faults():
-    """docs/design.md#v2: no controller, and the catalogue's admin
-    operations go through the controller's znodes."""
+def test_v2_coordination_refuses_the_controller_role_and_topic_recreation():
+    """docs/design.md#v2: no controller; a re-created topic would stay
+    deleted with a broker down. The other admin faults run."""
     from harness.backends.base import v2_refusal
     assert v2_refusal("kill", "leader") is None
     assert v2_refusal("kill", "controller") == ("V2 coordination cannot run kill at the "
                                                 "controller: it has none")
-    assert "admin operations are not built yet" in v2_refusal("elect-preferred", None)
+    assert "would stay deleted" in v2_refusal("recreate-topic", None)
+    assert v2_refusal("elect-preferred", None) is None
+    assert v2_refusal("reassign", None) is None
     assert v2_refusal("partition-isolate", "random") is None
     assert v2_refusal("isr-shrink-then-leader-loss", None) is None     # a recipe: its faults
     spec = ClusterSpec(name="v2", brokers=3, broker_config={"coordination": "v2"})
     assert make_cluster(spec, "local").refuses("zk-expire", "controller")
     assert make_cluster(ClusterSpec(name="v1", brokers=3), "local").refuses(
         "zk-expire", "controller") is None
+    assert make_cluster(spec, "local").coordination == "v2"
+    assert make_cluster(ClusterSpec(name="v1", brokers=3), "local").coordination == "controller"
