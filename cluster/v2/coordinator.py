@@ -285,14 +285,16 @@ class Coordinator:
             return
         if pv.reassigning:
             await self._reassign_step(tp, pv, p)
-        elif ((self.auto_rebalance or tp in self.preferred_asked)
-              and self._preferred_ready(pv, p.isr, self.metadata.endpoint)):
+        elif self._may_resign(tp, pv, p.isr):
             await self._resign(tp, f"preferred replica {pv.replicas[0]} is in sync")
 
-    def _preferred_ready(self, pv: PartitionView, isr, registered) -> bool:
+    def _may_resign(self, tp: TP, pv: PartitionView, isr) -> bool:
+        """Asked to (or `auto.leader.rebalance.enable`), and the preferred
+        replica is another broker, registered and in the ISR."""
         preferred = pv.replicas[0] if pv.replicas else None
-        return (preferred is not None and preferred != self.broker_id and preferred in isr
-                and registered(preferred) is not None)
+        return ((self.auto_rebalance or tp in self.preferred_asked)
+                and preferred is not None and preferred != self.broker_id and preferred in isr
+                and self.metadata.endpoint(preferred) is not None)
 
     async def _reassign_step(self, tp: TP, pv: PartitionView, p) -> None:
         """One step of moving AR to RAR, each safe to repeat and resumed by
@@ -403,7 +405,8 @@ class Coordinator:
                 for tp, pv in sorted(view.partitions.items()):
                     if pv.held is not None and pv.held.ours and (
                             pv.reassigning or self.broker_id not in pv.replicas
-                            or self._leader_may_resign(tp, pv)):
+                            or (pv.state is not None
+                                and self._may_resign(tp, pv, pv.state.isr))):
                         self._kick(tp)                        # the leader's part
                     if self.broker_id not in pv.replicas:
                         continue
@@ -423,10 +426,6 @@ class Coordinator:
             except asyncio.TimeoutError:
                 pass
             await asyncio.sleep(max(0.0, ended + min_gap - time.monotonic()))
-
-    def _leader_may_resign(self, tp: TP, pv: PartitionView) -> bool:
-        return ((self.auto_rebalance or tp in self.preferred_asked) and pv.state is not None
-                and self._preferred_ready(pv, pv.state.isr, self.metadata.endpoint))
 
     def _update_metadata(self, view: ClusterView) -> None:
         states = []
@@ -514,7 +513,8 @@ class Coordinator:
     def _queue(self, tp: TP, brokers: list[int], op: str, epoch: int) -> None:
         """Queue `op` of `tp` to each broker, as this partition's leader at `epoch`."""
         for b in brokers:
-            StateChangeQueue(self.zk.kazoo, b).put(StateChange(op, *tp, epoch, f"broker-{self.broker_id}"))
+            StateChangeQueue(self.zk.kazoo, b).put(
+                StateChange(op, *tp, epoch, f"broker-{self.broker_id}"))
 
     def _finish_reassignment(self, tp: TP, old: tuple[int, ...], rar: tuple[int, ...]) -> bool:
         """AR := RAR, at the version read and only if AR is still `old`;
