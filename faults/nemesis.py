@@ -106,9 +106,12 @@ def make_schedule(seed: int, faults: Iterable[str] | Mapping[str, float], *, dur
                   quiet_s: float = 10.0, brokers: int = 3, zookeepers: int = 1,
                   replication_factor: int = 3, targets: Mapping[str, str] | None = None,
                   params: Mapping[str, Mapping[str, Any]] | None = None,
-                  overlap: int = 1, lag_s: float | None = None) -> Schedule:
+                  overlap: int = 1, lag_s: float | None = None,
+                  refuses: Callable[[str, str | None], str | None] | None = None) -> Schedule:
     """Draw a schedule. `targets` pins a fault's role (fault -> role), `params`
-    fixes some of its parameters (fault -> {k: v}); everything else is drawn.
+    fixes some of its parameters (fault -> {k: v}); everything else is drawn,
+    a role among those the cluster does not refuse (`refuses(fault, role)`,
+    e.g. the controller in V2 coordination).
     `overlap` lanes of faults run side by side (each lane one fault at a
     time), so faults overlap: a kill during a partition, a pause during a
     session expiry. Times are rounded to 0.1 s so the printed and the run
@@ -147,6 +150,8 @@ def make_schedule(seed: int, faults: Iterable[str] | Mapping[str, float], *, dur
             else:
                 roles = injectors.roles_for(name, brokers=brokers, zookeepers=zookeepers,
                                             replication_factor=replication_factor)
+                if refuses is not None:
+                    roles = [r for r in roles if refuses(name, r) is None] or roles
                 if targets and name in targets:
                     role = targets[name]
                 elif roles:

@@ -118,7 +118,8 @@ class NemesisFactory:
         schedule = faults if isinstance(faults, Schedule) else make_schedule(
             seed, faults, duration_s=duration, interval_s=interval, fault_duration_s=fault_duration,
             quiet_s=quiet, brokers=spec.brokers, zookeepers=spec.zookeepers, targets=targets,
-            params=params, overlap=overlap, lag_s=recipes.lag_s_of(spec.broker_config))
+            params=params, overlap=overlap, lag_s=recipes.lag_s_of(spec.broker_config),
+            refuses=self.run.cluster.refuses)
         return self.run.start_nemesis(schedule, partition=partition)
 
     def inject(self, fault: str, target: str | None = None, *,

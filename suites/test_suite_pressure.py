@@ -71,9 +71,12 @@ def pressure_run(workload, nemesis, seed: int, faults=FAULTS, overlap: int = 3):
 
 
 @pytest.mark.pressure
+@pytest.mark.any_coordination
 @pytest.mark.broker_config(**SAFE, **CHURN)
 def test_fixed_configuration_under_everything_at_once(workload, nemesis):
-    """min ISR 2, no unclean election, leader-epoch truncation."""
+    """min ISR 2, no unclean election, leader-epoch truncation. Also in V2
+    coordination (`make test-v2`), where the admin operations go to the
+    leaders and the controller role is not drawn."""
     run = pressure_run(workload, nemesis, SEED)
     assert_valid(run)
 

@@ -158,6 +158,16 @@ def test_roles_fit_the_cluster():
     assert "follower" not in {st.target for st in s.steps}
 
 
+def test_roles_the_cluster_refuses_are_not_drawn():
+    """V2 coordination has no controller (harness.backends.base.v2_refusal)."""
+    no_controller = lambda fault, role: "none" if role == "controller" else None  # noqa: E731
+    free = make_schedule(5, ["kill", "partition-isolate"], duration_s=500)
+    assert "controller" in {st.target for st in free.steps}
+    s = make_schedule(5, ["kill", "partition-isolate"], duration_s=500, refuses=no_controller)
+    assert "controller" not in {st.target for st in s.steps}
+    assert len({st.target for st in s.steps}) > 1
+
+
 def test_empty_fault_list_is_just_a_heal():
     s = make_schedule(1, [], duration_s=30)
     assert s.steps == []
