@@ -120,11 +120,11 @@ class Election:
     def bump(self, topic: str, partition: int,
              isr: tuple[int, ...] | None = None) -> LeaderAndIsr | None:
         """As the leader, start a new leader epoch with ISR `isr` (None: the
-        ISR as written) (a
-        reassignment hands its followers a new replica set this way:
-        docs/design.md#v2-reassignment): write leaderAndISR at the version
-        read, then the lock's epoch, which the followers watch. None if this
-        broker does not hold the lock or the write lost a race (try again)."""
+        ISR as written); a reassignment hands its followers a new replica
+        set this way (docs/design.md#v2-reassignment). Writes leaderAndISR
+        at the version read, then the lock's epoch, which the followers
+        watch. None if this broker does not hold the lock or the write lost
+        a race (try again)."""
         lock = current_lock(self.zk, topic, partition)
         state = read_state(self.zk, topic, partition)
         if lock is None or lock.broker != self.broker_id or state is None:

@@ -7,9 +7,9 @@ partition reassignment) drives the controller's state machines
 moves leadership with writes in flight: leader churn. They go through
 cluster.admin (the design's ZooKeeper admin paths), as `chaoslog admin`
 does; in V2 coordination, where each partition's leader carries them out
-(docs/design.md#v2-reassignment), through its V2 commands. Nothing is undone at the heal: the new placement is legitimate; the
-step ends when the operation completed (or its time is up), and notes what
-it changed.
+(docs/design.md#v2-reassignment), through the V2 commands. Nothing is
+undone at the heal: the new placement is legitimate; the step ends when the
+operation completed (or its time is up), and notes what it changed.
 
   elect-preferred  every partition's preferred replica leads again
   move-leader      one partition's leadership moves to an in-sync follower
