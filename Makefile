@@ -12,7 +12,7 @@ test: setup
 	.venv/bin/pytest --durations=30 -m "not catalogue"
 
 # One run per fault kind of the catalogue (suites/test_suite_faults.py),
-# about 12 minutes: apart from `make test` to keep that under 45 minutes.
+# about 9 minutes: apart from `make test` to keep that under 45 minutes.
 test-faults: setup
 	.venv/bin/pytest suites -m catalogue
 

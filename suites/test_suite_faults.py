@@ -34,7 +34,7 @@ from suite_helpers import (SAFE, SESSION_TIMEOUT_S, SUITE_SECONDS, AckWatch, clu
 # runs of the kinds it supports, the others skipped with its reason.
 # In V2 coordination too (`make test-v2`: the kinds it can run). Not in
 # `make test`, whose 45 minutes it would overrun: `make test-faults` (about
-# 12 minutes); CI runs both.
+# 9 minutes); CI runs both.
 pytestmark = [pytest.mark.docker, pytest.mark.any_target, pytest.mark.any_coordination,
               pytest.mark.catalogue]
 
