@@ -725,15 +725,15 @@ def test_a_member_waiting_in_a_rebalance_stays_and_one_that_never_rejoins_is_dro
 
 @pytest.mark.smoke
 def test_a_committed_offset_survives_its_coordinator_s_failure(chaos_run, nemesis):
-    """docs/design.md#groups, "Commits" and the choice that membership is
-    kept in memory only. Two groups of one offsets partition commit (one as
-    a member of generation 1, the other without a generation; one offset
-    twice: the last commit wins). The coordinator crashes (SIGKILL, its
-    session expired): FindCoordinator names the partition's new leader,
-    whose OffsetFetch answers exactly what was acknowledged. The new
-    coordinator knows no members: the old member's Heartbeat gets
-    UNKNOWN_MEMBER_ID, and so does its commit (which is not written),
-    and DescribeGroups shows the group Empty."""
+    """docs/design.md#groups, "Commits" and "Membership". Two groups of one
+    offsets partition commit (one as a member of generation 1, the other
+    without a generation; one offset twice: the last commit wins). The
+    coordinator crashes (SIGKILL, its session expired): FindCoordinator
+    names the partition's new leader, whose OffsetFetch answers exactly
+    what was acknowledged. The new coordinator loaded the membership too:
+    the member goes on in generation 1 (its Heartbeat and commit are
+    taken), DescribeGroups shows it Stable, and a former generation is
+    refused."""
     run = chaos_run
     zk = ZkView(run.zk)
     _offsets_topic_ready(run, zk)
@@ -772,21 +772,22 @@ def test_a_committed_offset_survives_its_coordinator_s_failure(chaos_run, nemesi
     conn = _connect(run, new)
     try:
         beat = kafka_wire.heartbeat(conn, g1, 1, member.member_id)
+        stale = kafka_wire.offset_commit(conn, g1, {p0: 2}, generation=0,
+                                         member_id=member.member_id)[p0]
         commit = kafka_wire.offset_commit(conn, g1, {p0: 9}, generation=1,
                                           member_id=member.member_id)[p0]
         state = kafka_wire.describe_group(conn, g1)
     finally:
         conn.close()
-    assert beat == E.UNKNOWN_MEMBER_ID, (
-        f"the new coordinator answered the old member's Heartbeat {E.name(beat)}, not "
-        f"UNKNOWN_MEMBER_ID")
-    # The new coordinator loaded the group (Empty) with its offsets: a member
-    # it does not have (docs/design.md#groups, as Kafka answers an Empty group).
-    assert commit == E.UNKNOWN_MEMBER_ID, (
-        f"the new coordinator answered the old member's commit {E.name(commit)}, not "
-        f"UNKNOWN_MEMBER_ID: a member it never knew")
-    assert _offsets(run, new, g1, [p0]) == {p0: 8}, "a refused commit was written"
-    assert state[:2] == (E.NONE, "Empty"), f"the new coordinator describes {g1} as {state}"
+    assert beat == E.NONE, (
+        f"the new coordinator answered the member's Heartbeat {E.name(beat)}: it did not "
+        f"load the group's membership")
+    assert stale == E.ILLEGAL_GENERATION, (
+        f"the new coordinator answered a commit of generation 0 {E.name(stale)}")
+    assert commit == E.NONE, (
+        f"the new coordinator answered the member's commit {E.name(commit)}")
+    assert _offsets(run, new, g1, [p0]) == {p0: 9}
+    assert state[:2] == (E.NONE, "Stable"), f"the new coordinator describes {g1} as {state}"
     killed.stop()
     _healed(zk, f" after broker {c} restarted")
 
@@ -862,7 +863,8 @@ def test_a_coordinator_that_loses_its_partition_sends_the_waiting_members_away(c
     same partition, a follower's SyncGroup waits for the leader's
     assignment. Both must be answered NOT_COORDINATOR at once (not when the
     rebalance timeout runs out), and every later request to the old
-    coordinator too; the new one answers the committed offsets."""
+    coordinator too; the new one answers the committed offsets and knows
+    the last generation written."""
     run = chaos_run
     zk = ZkView(run.zk)
     _offsets_topic_ready(run, zk)
@@ -907,8 +909,10 @@ def test_a_coordinator_that_loses_its_partition_sends_the_waiting_members_away(c
         assert _coordinator(run, zk, g1) == to
         assert _offsets(run, to, g1, [tp]) == {tp: 6}, (
             f"the new coordinator answers {_offsets(run, to, g1, [tp])}; 6 was committed")
+        # The new coordinator loaded generation 1 with S, the last written:
+        # the newcomer's rebalance was never completed, so it is not there.
         hb = _ask(run, to, kafka_wire.heartbeat, g1, stable.generation, stable.member_id)
-        assert hb == E.UNKNOWN_MEMBER_ID, f"the new coordinator answered S's Heartbeat {E.name(hb)}"
+        assert hb == E.NONE, f"the new coordinator answered S's Heartbeat {E.name(hb)}"
     finally:
         for m in (stable, newcomer, x, y):
             m.close()
@@ -916,14 +920,12 @@ def test_a_coordinator_that_loses_its_partition_sends_the_waiting_members_away(c
 
 
 @pytest.mark.smoke
-def test_a_member_s_commit_after_its_group_moved_is_refused(chaos_run):
-    """docs/design.md#groups, the choice that membership is kept in memory
-    only: the new coordinator loads the group, Empty, with its committed
-    offsets, and answers an old member's commit UNKNOWN_MEMBER_ID (as Kafka
-    2.0 answers a member an Empty group does not have). A member of
-    generation 1 commits; the leadership of the group's offsets partition
-    moves; the member's commit at the new coordinator is refused and not
-    written."""
+def test_a_member_goes_on_committing_after_its_group_moved(chaos_run):
+    """docs/design.md#groups, "Membership": the new coordinator loads the
+    group's last written generation with its members, as Kafka does, so a
+    member of generation 1 commits on there after the leadership of the
+    group's offsets partition moved, and a commit of another generation or
+    member is refused and not written."""
     run = chaos_run
     zk = ZkView(run.zk)
     _offsets_topic_ready(run, zk)
@@ -939,15 +941,74 @@ def test_a_member_s_commit_after_its_group_moved_is_refused(chaos_run):
         member.close()
     to = _move_offsets_leadership(run, zk, _offsets_partition(group))
     assert _coordinator(run, zk, group) == to
+    refused = {
+        "another generation": _ask(run, to, kafka_wire.offset_commit, group, {tp: 5},
+                                   generation=member.generation + 1,
+                                   member_id=member.member_id)[tp],
+        "an unknown member": _ask(run, to, kafka_wire.offset_commit, group, {tp: 6},
+                                  generation=member.generation, member_id="stranger")[tp]}
+    assert refused == {"another generation": E.ILLEGAL_GENERATION,
+                       "an unknown member": E.UNKNOWN_MEMBER_ID}, {
+        k: E.name(v) for k, v in refused.items()}
     got = _ask(run, to, kafka_wire.offset_commit, group, {tp: 2}, generation=member.generation,
                member_id=member.member_id)
-    assert got == {tp: E.UNKNOWN_MEMBER_ID}, (
+    assert got == {tp: E.NONE}, (
         f"after its group moved to broker {to}, a member's commit of generation "
-        f"{member.generation} was answered {_names(got)}, not UNKNOWN_MEMBER_ID")
+        f"{member.generation} was answered {_names(got)}")
     err, found = _ask(run, to, kafka_wire.offset_fetch, group, [tp])
-    assert err == E.NONE and found[tp][0] == 1, (
-        f"the refused commit changed the group's offset: OffsetFetch answered "
-        f"{E.name(err)} {found}")
+    assert err == E.NONE and found[tp][0] == 2, f"OffsetFetch answered {E.name(err)} {found}"
+
+
+@pytest.mark.smoke
+def test_a_deposed_coordinator_cut_off_from_its_followers_hands_out_no_assignment(
+        chaos_run, nemesis):
+    """docs/design.md#groups, "Membership", and #g-groups (issue 34: the
+    pressure run found two coordinators of one group at once). The
+    group's coordinator is cut off from the other brokers, not from its
+    clients nor ZooKeeper, and its offsets partition's leadership moves: the
+    controller's LeaderAndIsr cannot reach it, so it still believes it
+    coordinates. A member that joins it there must get no assignment: the
+    coordinator cannot replicate the generation (its followers fetch from
+    the new leader), and a generation is handed out only once written. A
+    coordinator that handed it out gave the member every partition from the
+    stale offsets it holds, while the group's real members own them too."""
+    run = chaos_run
+    zk = ZkView(run.zk)
+    _offsets_topic_ready(run, zk)
+    _topic(run, "zc", 2)
+    group = "chaoslog-groups-deposed"
+    partition = _offsets_partition(group)
+    c = _coordinator(run, zk, group)
+    if c == zk.controller():   # the controller knows what it decided: move the group away
+        c = _move_offsets_leadership(run, zk, partition)
+        c = _coordinator(run, zk, group)
+    assert c != zk.controller()
+    tp = ("zc", 0)
+    assert _ask(run, c, kafka_wire.offset_commit, group, {tp: 3}) == {tp: E.NONE}
+    member = _Member(run, c, group, "Z", session_ms=60000, rebalance_ms=60000)
+    try:
+        nemesis.inject("partition-isolate", f"broker-{c}", among="brokers")
+        to = _move_offsets_leadership(run, zk, partition)
+        wait_for(lambda: c not in zk.lai(OFFSETS, partition).isr, LAG_S + 30,
+                 f"broker {c}, cut off, out of the ISR of {OFFSETS}/{partition}")
+        assert _ask(run, to, kafka_wire.offset_commit, group, {tp: 9}) == {tp: E.NONE}
+        joined = member.join()
+        # A join may be refused already (the deposed coordinator learnt of it):
+        # then there is nothing to hand out either.
+        if joined.error == E.NONE:
+            err, assignment = member.sync({member.member_id: b"zc-0,zc-1"})
+            assert err != E.NONE and assignment == b"", (
+                f"broker {c}, no longer the leader of {OFFSETS}/{partition} and cut off from its "
+                f"followers, handed out an assignment (generation {member.generation}): "
+                f"{E.name(err)} {assignment!r}")
+        else:
+            assert joined.error in (E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE), joined
+    finally:
+        member.close()
+        nemesis.heal()
+    assert _coordinator(run, zk, group) == to
+    assert _offsets(run, to, group, [tp]) == {tp: 9}
+    _healed(zk, f" after broker {c} was cut off")
 
 
 # -- a consumer group under faults -----------------------------------------------------------------

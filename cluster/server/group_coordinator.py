@@ -18,8 +18,11 @@ Timers (session timeouts, rebalance timeouts, the initial rebalance delay)
 come from a Scheduler, so the state machine runs on a fake clock in tests.
 Everything runs on the broker's event loop.
 
-Group membership is kept in memory only: a new coordinator knows committed
-offsets (from the offsets topic) but no members, and members join again.
+A rebalance's outcome is written to the offsets topic before anyone learns
+it: the leader's assignment is handed out only once the group's record
+(members, generation, assignments) is replicated, and an Empty generation
+is written too. A new coordinator loads members and offsets alike, so the
+members go on with it in their generation (docs/design.md#groups).
 """
 from __future__ import annotations
 
@@ -102,10 +105,15 @@ class GroupCoordinator:
         if p.topic != GROUP_METADATA_TOPIC:
             return
         if is_leader:
-            self.manager.load_partition(p.partition, p)
+            self.manager.load_partition(p.partition, p, self._on_group_loaded)
         else:
             for group in self.manager.unload_partition(p.partition):
                 self._on_group_unloaded(group)
+
+    def _on_group_loaded(self, group: GroupMetadata) -> None:
+        """A loaded member's session starts now (Kafka's onGroupLoaded)."""
+        for m in group.members.values():
+            self._heartbeat_done(group, m)
 
     def _on_group_unloaded(self, group: GroupMetadata) -> None:
         """The group moved away: whoever waits is told NOT_COORDINATOR and
@@ -263,6 +271,9 @@ class GroupCoordinator:
         group.init_next_generation()
         if group.is_(S.EMPTY):
             log.info("group %s: generation %d is empty", group.group_id, group.generation_id)
+            # Written so that a later coordinator does not bring the members
+            # back; if it fails they come back and their sessions run out.
+            self.manager.store_group(group, {}, lambda err: None)
             return
         log.info("group %s: generation %d with %d members, protocol %s, leader %s",
                  group.group_id, group.generation_id, len(group.members), group.protocol,
@@ -311,12 +322,27 @@ class GroupCoordinator:
             return
         member.awaiting_sync = callback   # CompletingRebalance
         if group.is_leader(member_id):
-            # Group metadata is not persisted (docs/design.md#groups): the
-            # leader's assignment takes effect at once.
+            self._store_assignment(group, assignments)
+
+    def _store_assignment(self, group: GroupMetadata, assignments: dict[str, bytes]) -> None:
+        """Write the generation with the leader's assignment, then hand it
+        out (Kafka's doSyncGroup): a coordinator that cannot replicate it,
+        such as a deposed one, tells the members to join again instead."""
+        generation = group.generation_id
+
+        def stored(err: int) -> None:
+            if not group.is_(S.COMPLETING_REBALANCE) or group.generation_id != generation:
+                return   # the group moved on (or away) meanwhile
+            if err != E.NONE:
+                self._reset_and_propagate_assignment_error(group, err)
+                self._maybe_prepare_rebalance(group)
+                return
             for m in group.members.values():
                 m.assignment = assignments.get(m.member_id, b"")
             self._propagate_assignment(group, E.NONE)
             group.transition_to(S.STABLE)
+
+        self.manager.store_group(group, assignments, stored)
 
     # -- Heartbeat, LeaveGroup, session timeouts ----------------------------------------------
 
@@ -399,8 +425,8 @@ class GroupCoordinator:
         group = self.manager.get_group(group_id)
         if group is None:
             if generation_id >= 0:
-                # A generation this coordinator never gave (one of a former
-                # coordinator's): the member must join again.
+                # A generation of a group never written to this partition:
+                # the member must join again.
                 return all_(E.ILLEGAL_GENERATION)
             group = self.manager.add_group(GroupMetadata(group_id))
         if group.is_(S.DEAD):

@@ -1,18 +1,21 @@
 """GroupMetadataManager: the offsets partitions this broker leads, the
-groups they hold, and committed offsets written to and read back from the
-offsets topic (docs/design.md#groups).
+groups they hold, and committed offsets and group memberships written to and
+read back from the offsets topic (docs/design.md#groups).
 
 A broker coordinates the groups of the offsets partitions it leads. When it
 becomes a partition's leader it reads the partition's log from the start
-and rebuilds the committed offsets (until then its groups answer
-COORDINATOR_LOAD_IN_PROGRESS); when it stops leading it drops them
-(NOT_COORDINATOR). While it leads, nobody else writes the partition, so its
-cache and its log agree: the cache changes only after an append of its own.
+and rebuilds each group's membership and committed offsets (until then its
+groups answer COORDINATOR_LOAD_IN_PROGRESS); when it stops leading it drops
+them (NOT_COORDINATOR). While it leads, nobody else writes the partition, so
+its cache and its log agree: the cache changes only after an append of its own.
 
-A commit is an append to the group's partition with acks=all: the answer
-waits for the high watermark (the partition's hw_waiters, as an acks=all
-produce), and only then is the cache updated. Append errors become the
-codes a Kafka 2.0 coordinator answers.
+A commit, and a group's membership at the end of a rebalance, is an append
+to the group's partition with acks=all: the answer waits for the high
+watermark (the partition's hw_waiters, as an acks=all produce), and only
+then is the cache updated. Append errors become the codes a Kafka 2.0
+coordinator answers. A deposed leader that has not heard of its successor
+yet cannot reach the high watermark, so it can neither acknowledge a commit
+nor hand out an assignment.
 """
 from __future__ import annotations
 
@@ -25,9 +28,11 @@ from typing import Callable
 from cluster.log.errors import OffsetOutOfRangeError
 from cluster.protocol import errors as E
 from cluster.protocol.records import batch_headers
-from cluster.server.group_metadata import GroupMetadata, GroupState, OffsetAndMetadata
-from cluster.server.offsets_topic import (GROUP_METADATA_TOPIC, OffsetKey, commit_batch,
-                                          partition_for, read_commits)
+from cluster.server.group_metadata import (GroupMetadata, GroupState, MemberMetadata,
+                                           OffsetAndMetadata)
+from cluster.server.offsets_topic import (GROUP_METADATA_TOPIC, GroupRecord, MemberRecord,
+                                          OffsetKey, commit_batch, group_batch, partition_for,
+                                          read_records)
 from cluster.server.partition import Partition
 
 log = logging.getLogger(__name__)
@@ -36,6 +41,7 @@ LOAD_CHUNK_BYTES = 1 << 20   # read per step of a load; the loop serves others i
 
 Offsets = dict[tuple[str, int], OffsetAndMetadata]
 CommitCallback = Callable[[dict[tuple[str, int], int]], None]
+StoreCallback = Callable[[int], None]
 
 # Append error -> commit error, as Kafka 2.0's GroupMetadataManager maps them.
 _COMMIT_ERRORS = {
@@ -50,10 +56,31 @@ _COMMIT_ERRORS = {
 }
 
 
+# Append error -> SyncGroup error, as Kafka 2.0's storeGroup maps them: a
+# membership that is not written is not handed out.
+_STORE_ERRORS = {
+    E.UNKNOWN_TOPIC_OR_PARTITION: E.COORDINATOR_NOT_AVAILABLE,
+    E.NOT_ENOUGH_REPLICAS: E.COORDINATOR_NOT_AVAILABLE,
+    E.NOT_ENOUGH_REPLICAS_AFTER_APPEND: E.COORDINATOR_NOT_AVAILABLE,
+    E.NOT_LEADER_FOR_PARTITION: E.NOT_COORDINATOR,
+    E.KAFKA_STORAGE_ERROR: E.NOT_COORDINATOR,
+    E.REQUEST_TIMED_OUT: E.REBALANCE_IN_PROGRESS,
+    E.MESSAGE_TOO_LARGE: E.UNKNOWN_SERVER_ERROR,
+    E.RECORD_LIST_TOO_LARGE: E.UNKNOWN_SERVER_ERROR,
+    E.INVALID_FETCH_SIZE: E.UNKNOWN_SERVER_ERROR,
+}
+
+
 def commit_error(append_error: int) -> int:
     """What a commit answers for its append's result (REQUEST_TIMED_OUT, the
     acks=all wait running out, stays: the commit may yet be durable)."""
     return _COMMIT_ERRORS.get(append_error, append_error)
+
+
+def store_error(append_error: int) -> int:
+    """What the members of a rebalance are told when the group's record
+    could not be written (REBALANCE_IN_PROGRESS: join again)."""
+    return _STORE_ERRORS.get(append_error, append_error)
 
 
 def wall_ms() -> int:
@@ -61,12 +88,14 @@ def wall_ms() -> int:
 
 
 class OffsetsLoad:
-    """Committed offsets rebuilt from an offsets partition's records, fed
-    in log order: the last record of a key wins, a tombstone removes it."""
+    """Committed offsets and group memberships rebuilt from an offsets
+    partition's records, fed in log order: the last record of a key wins,
+    a tombstone removes it."""
 
     def __init__(self, partition: int):
         self.partition = partition
         self.offsets: dict[str, Offsets] = {}
+        self.memberships: dict[str, GroupRecord] = {}
         self.bad_records = 0
 
     def apply(self, data: bytes) -> int | None:
@@ -75,8 +104,13 @@ class OffsetsLoad:
         headers = batch_headers(data)
         if not headers:
             return None
-        for _offset, key, value in read_commits(data, self._bad):
-            self._apply(key, value)
+        for _offset, key, value in read_records(data, self._bad):
+            if isinstance(key, OffsetKey):
+                self._apply(key, value)
+            elif value is None:
+                self.memberships.pop(key.group, None)
+            else:
+                self.memberships[key.group] = value
         return headers[-1].next_offset
 
     def _apply(self, key: OffsetKey, value: OffsetAndMetadata | None) -> None:
@@ -92,7 +126,49 @@ class OffsetsLoad:
                     self.partition, offset, error)
 
     def groups(self) -> dict[str, Offsets]:
+        """Committed offsets of each group that has any."""
         return {g: o for g, o in self.offsets.items() if o}
+
+    def loaded(self) -> list[GroupMetadata]:
+        """Each group with a membership or committed offsets, as its
+        coordinator holds it: Stable with its members, or Empty."""
+        offsets = self.groups()
+        out = []
+        for gid in sorted(set(self.memberships) | set(offsets)):
+            record = self.memberships.get(gid)
+            group = GroupMetadata(gid) if record is None else group_of(gid, record)
+            group.offsets.update(offsets.get(gid, {}))
+            out.append(group)
+        return out
+
+
+def group_of(group_id: str, record: GroupRecord) -> GroupMetadata:
+    """The group a membership record describes (Kafka's loadGroup): Stable
+    with its members, their subscriptions to the group's protocol and their
+    assignments, or Empty."""
+    group = GroupMetadata(group_id, GroupState.STABLE if record.members else GroupState.EMPTY)
+    group.generation_id = record.generation
+    group.protocol_type = record.protocol_type or None
+    group.protocol = record.protocol
+    for m in record.members:
+        member = MemberMetadata(m.member_id, m.client_id, m.client_host,
+                                m.rebalance_timeout_ms, m.session_timeout_ms,
+                                record.protocol_type, [(record.protocol or "", m.subscription)])
+        member.assignment = m.assignment
+        group.members[m.member_id] = member
+    group.leader_id = record.leader if record.leader in group.members else None
+    return group
+
+
+def record_of(group: GroupMetadata, assignments: dict[str, bytes], now_ms: int) -> GroupRecord:
+    """The membership record of `group`'s current generation with `assignments`."""
+    members = tuple(MemberRecord(m.member_id, m.client_id, m.client_host,
+                                 m.rebalance_timeout_ms, m.session_timeout_ms,
+                                 m.metadata(group.protocol) if group.protocol else b"",
+                                 assignments.get(m.member_id, b""))
+                    for m in group.members.values())
+    return GroupRecord(group.protocol_type or "", group.generation_id, group.protocol,
+                       group.leader_id if members else None, now_ms, members)
 
 
 class _Ownership:
@@ -148,13 +224,15 @@ class GroupMetadataManager:
 
     # -- leadership of offsets partitions ----------------------------------------------------
 
-    def load_partition(self, partition: int, p: Partition) -> None:
+    def load_partition(self, partition: int, p: Partition,
+                       on_loaded: Callable[[GroupMetadata], None] = lambda g: None) -> None:
         """This broker leads `partition` now: load it, unless it already
-        leads it (a new leader epoch without a change of leader)."""
+        leads it (a new leader epoch without a change of leader), and hand
+        each group loaded to `on_loaded`."""
         if partition in self._owned:
             return
         owned = self._owned[partition] = _Ownership()
-        owned.task = self._spawn(self._load(partition, p, owned))
+        owned.task = self._spawn(self._load(partition, p, owned, on_loaded))
 
     def unload_partition(self, partition: int) -> list[GroupMetadata]:
         """This broker no longer leads `partition`: forget it and its
@@ -171,7 +249,8 @@ class GroupMetadataManager:
                  partition, len(dropped))
         return dropped
 
-    async def _load(self, partition: int, p: Partition, owned: _Ownership) -> None:
+    async def _load(self, partition: int, p: Partition, owned: _Ownership,
+                    on_loaded: Callable[[GroupMetadata], None]) -> None:
         started = time.monotonic()
         load = OffsetsLoad(partition)
         offset = p.log.log_start_offset
@@ -188,12 +267,16 @@ class GroupMetadataManager:
             await asyncio.sleep(0)
         if self._owned.get(partition) is not owned:
             return
-        for gid, offsets in load.groups().items():
-            self.add_group(GroupMetadata(gid)).offsets.update(offsets)
+        groups = load.loaded()
+        for group in groups:
+            self.groups[group.group_id] = group
         owned.loaded = True
-        log.info("%s-%d: loaded the offsets of %d groups up to offset %d in %.0f ms",
-                 GROUP_METADATA_TOPIC, partition, len(load.groups()), offset,
+        log.info("%s-%d: loaded %d groups (%d with members) up to offset %d in %.0f ms",
+                 GROUP_METADATA_TOPIC, partition, len(groups),
+                 sum(1 for g in groups if g.members), offset,
                  (time.monotonic() - started) * 1000)
+        for group in groups:
+            on_loaded(group)
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
@@ -226,34 +309,55 @@ class GroupMetadataManager:
         if not valid:
             callback(results)
             return
-        p = self.partition_of((GROUP_METADATA_TOPIC, self.partition_for(group.group_id)))
+
+        def done(append_error: int) -> None:
+            err = commit_error(append_error)
+            if err == E.NONE and not group.is_(GroupState.DEAD):
+                group.offsets.update(valid)
+            elif err != E.NONE:
+                log.info("commit of group %s failed: %s", group.group_id, E.name(err))
+            callback({**results, **{tp: err for tp in valid}})
+
+        self._append(group.group_id, commit_batch(group.group_id, valid, now), done)
+
+    def store_group(self, group: GroupMetadata, assignments: dict[str, bytes],
+                    callback: StoreCallback) -> None:
+        """Append the group's membership at its current generation with
+        `assignments` (Kafka's storeGroup), wait for the HW, and call back
+        with the error its members are to be told (NONE: written)."""
+        now = self.clock()
+
+        def done(append_error: int) -> None:
+            err = store_error(append_error)
+            if err != E.NONE:
+                log.info("group %s: generation %d not written: %s", group.group_id,
+                         group.generation_id, E.name(err))
+            callback(err)
+
+        self._append(group.group_id,
+                     group_batch(group.group_id, record_of(group, assignments, now), now), done)
+
+    def _append(self, group_id: str, data: bytes, done: Callable[[int], None]) -> None:
+        """Append `data` to the group's partition as an acks=all write and
+        call `done` with the append's error once the HW passed it (or the
+        wait ran out: REQUEST_TIMED_OUT)."""
+        p = self.partition_of((GROUP_METADATA_TOPIC, self.partition_for(group_id)))
         if p is None or not p.is_leader:
-            callback({**results, **{tp: E.NOT_COORDINATOR for tp in valid}})
+            done(E.NOT_LEADER_FOR_PARTITION)
             return
-        data = commit_batch(group.group_id, valid, now)
         err, _, required = p.append_as_leader(data, batch_headers(data), -1, self.min_isr,
                                               self.max_message_bytes)
         if err == E.NONE and p.hw < required:
             # Parked now, not in the task: a leadership change before the
             # task runs must still fail it.
             fut = p.hw_waiters.add(required)
-            self._spawn(self._await_hw(fut, group, valid, results, callback))
+            self._spawn(self._await_hw(fut, done))
             return
-        self._finish(err if err != E.NONE else p.ack_result(), group, valid, results, callback)
+        done(err if err != E.NONE else p.ack_result())
 
-    async def _await_hw(self, fut: asyncio.Future, group: GroupMetadata, valid: Offsets,
-                        results: dict, callback: CommitCallback) -> None:
+    async def _await_hw(self, fut: asyncio.Future, done: Callable[[int], None]) -> None:
         try:
             err = await asyncio.wait_for(fut, self.commit_timeout_ms / 1000)
         except asyncio.TimeoutError:
             err = E.REQUEST_TIMED_OUT
-        self._finish(err, group, valid, results, callback)
-
-    def _finish(self, append_error: int, group: GroupMetadata, valid: Offsets, results: dict,
-                callback: CommitCallback) -> None:
-        err = commit_error(append_error)
-        if err == E.NONE and not group.is_(GroupState.DEAD):
-            group.offsets.update(valid)
-        elif err != E.NONE:
-            log.info("commit of group %s failed: %s", group.group_id, E.name(err))
-        callback({**results, **{tp: err for tp in valid}})
+        done(err)

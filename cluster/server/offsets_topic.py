@@ -5,10 +5,12 @@ The layout is Kafka's, so that a record written here reads the same as one
 a Kafka broker wrote: a group lives in partition abs(javaHashCode(group)) % N;
 a committed offset is a record whose key is (version 1, group, topic,
 partition) and whose value is (version 1, offset, metadata, commit
-timestamp, expire timestamp); a record with no value (a tombstone) removes
-the offset. Key version 2 is Kafka's group-metadata record, which this
-broker does not write and skips when it reads (groups are not persisted).
-Strings are int16-length-prefixed UTF-8, integers big-endian.
+timestamp, expire timestamp); a group's membership is a record whose key is
+(version 2, group) and whose value is Kafka 2.0's group metadata (version
+2: protocol type, generation, protocol, leader, state timestamp, and each
+member with its subscription and assignment). A record with no value (a
+tombstone) removes the offset or the group. Strings are int16-length-prefixed
+UTF-8 (-1: null), bytes int32-length-prefixed, integers big-endian.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC})
 OFFSET_KEY_VERSION = 1        # what this broker writes (Kafka 2.0 writes 1; 0 is the same)
 GROUP_METADATA_KEY_VERSION = 2
 OFFSET_VALUE_VERSION = 1
+GROUP_VALUE_VERSION = 2       # Kafka 2.0's; 0, 1 and 3 are read too
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -61,6 +64,30 @@ class OffsetKey:
 @dataclass(frozen=True)
 class GroupMetadataKey:
     group: str
+
+
+@dataclass(frozen=True)
+class MemberRecord:
+    """One member as a group-metadata record keeps it."""
+    member_id: str
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True)
+class GroupRecord:
+    """A group's membership at the end of a rebalance (an Empty group has
+    no members and no protocol)."""
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    state_timestamp: int
+    members: tuple[MemberRecord, ...]
 
 
 class RecordFormatError(ValueError):
@@ -103,6 +130,35 @@ class _Reader:
         self.pos += n
         return s
 
+    def nullable_string(self) -> str | None:
+        if self._peek_i16() == -1:
+            self.pos += _I16.size
+            return None
+        return self.string()
+
+    def _peek_i16(self) -> int:
+        if self.pos + _I16.size > len(self.data):
+            raise RecordFormatError("record ends too early")
+        return _I16.unpack_from(self.data, self.pos)[0]
+
+    def bytes_(self) -> bytes:
+        n = self.i32()
+        if n < 0:
+            return b""
+        if self.pos + n > len(self.data):
+            raise RecordFormatError(f"bad bytes length {n}")
+        b = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return b
+
+
+def _nullable(s: str | None) -> bytes:
+    return _I16.pack(-1) if s is None else _string(s)
+
+
+def _bytes(b: bytes) -> bytes:
+    return _I32.pack(len(b)) + b
+
 
 def encode_offset_key(group: str, topic: str, partition: int) -> bytes:
     return (_I16.pack(OFFSET_KEY_VERSION) + _string(group) + _string(topic)
@@ -112,6 +168,51 @@ def encode_offset_key(group: str, topic: str, partition: int) -> bytes:
 def encode_offset_value(om: OffsetAndMetadata) -> bytes:
     return (_I16.pack(OFFSET_VALUE_VERSION) + _I64.pack(om.offset) + _string(om.metadata)
             + _I64.pack(om.commit_timestamp) + _I64.pack(om.expire_timestamp))
+
+
+def encode_group_key(group: str) -> bytes:
+    return _I16.pack(GROUP_METADATA_KEY_VERSION) + _string(group)
+
+
+def encode_group_value(g: GroupRecord) -> bytes:
+    """Kafka 2.0's group metadata value, version 2."""
+    out = [_I16.pack(GROUP_VALUE_VERSION), _string(g.protocol_type), _I32.pack(g.generation),
+           _nullable(g.protocol), _nullable(g.leader), _I64.pack(g.state_timestamp),
+           _I32.pack(len(g.members))]
+    for m in g.members:
+        out += [_string(m.member_id), _string(m.client_id), _string(m.client_host),
+                _I32.pack(m.rebalance_timeout_ms), _I32.pack(m.session_timeout_ms),
+                _bytes(m.subscription), _bytes(m.assignment)]
+    return b"".join(out)
+
+
+def decode_group_value(data: bytes) -> GroupRecord:
+    """Every group metadata version Kafka wrote (0-3): v1 added each
+    member's rebalance timeout, v2 the state timestamp, v3 the static
+    member's instance id (read and dropped)."""
+    r = _Reader(bytes(data))
+    version = r.i16()
+    if version not in (0, 1, 2, 3):
+        raise RecordFormatError(f"unknown group metadata value version {version}")
+    protocol_type, generation = r.string(), r.i32()
+    protocol, leader = r.nullable_string(), r.nullable_string()
+    timestamp = r.i64() if version >= 2 else -1
+    count = r.i32()
+    if count < 0 or count > len(r.data):
+        raise RecordFormatError(f"bad member count {count}")
+    members = []
+    for _ in range(count):
+        member_id = r.string()
+        if version >= 3:
+            r.nullable_string()   # group instance id
+        client_id, client_host = r.string(), r.string()
+        session = r.i32()
+        rebalance = session
+        if version >= 1:
+            rebalance, session = session, r.i32()
+        members.append(MemberRecord(member_id, client_id, client_host, rebalance, session,
+                                    r.bytes_(), r.bytes_()))
+    return GroupRecord(protocol_type, generation, protocol, leader, timestamp, tuple(members))
 
 
 def decode_key(data: bytes) -> OffsetKey | GroupMetadataKey:
@@ -144,25 +245,37 @@ def decode_offset_value(data: bytes) -> OffsetAndMetadata:
 
 # -- batches --------------------------------------------------------------------------------------
 
-def commit_batch(group: str, offsets: dict[tuple[str, int], OffsetAndMetadata],
-                 timestamp_ms: int) -> bytes:
-    """One uncompressed v2 batch with a record per committed partition."""
+def _batch(records: list[tuple[bytes, bytes | None]], timestamp_ms: int) -> bytes:
+    """One uncompressed v2 batch of (key, value) records."""
     b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
                                   producer_id=-1, producer_epoch=-1, base_sequence=-1,
                                   batch_size=_BATCH_BYTES)
-    for i, ((topic, partition), om) in enumerate(offsets.items()):
-        b.append(i, timestamp=timestamp_ms, key=encode_offset_key(group, topic, partition),
-                 value=encode_offset_value(om), headers=[])
+    for i, (key, value) in enumerate(records):
+        b.append(i, timestamp=timestamp_ms, key=key, value=value, headers=[])
     return bytes(b.build())
 
 
-def read_commits(data: bytes, on_bad: Callable[[int, Exception], None]
-                 ) -> Iterator[tuple[int, OffsetKey, OffsetAndMetadata | None]]:
+def commit_batch(group: str, offsets: dict[tuple[str, int], OffsetAndMetadata],
+                 timestamp_ms: int) -> bytes:
+    """One batch with a record per committed partition."""
+    return _batch([(encode_offset_key(group, topic, partition), encode_offset_value(om))
+                   for (topic, partition), om in offsets.items()], timestamp_ms)
+
+
+def group_batch(group: str, record: GroupRecord, timestamp_ms: int) -> bytes:
+    """One batch with the group's metadata record."""
+    return _batch([(encode_group_key(group), encode_group_value(record))], timestamp_ms)
+
+
+Record = tuple[int, OffsetKey | GroupMetadataKey, OffsetAndMetadata | GroupRecord | None]
+
+
+def read_records(data: bytes, on_bad: Callable[[int, Exception], None]) -> Iterator[Record]:
     """(offset, key, value or None for a tombstone) of each offset-commit
-    record in whole v2 batches, as read from the log; stops at a batch cut
-    short. Group-metadata records and control batches are skipped; a record
-    or batch that cannot be read goes to `on_bad(offset, error)` and is
-    skipped too, so one bad record cannot keep a coordinator from loading."""
+    and group-metadata record in whole v2 batches, as read from the log;
+    stops at a batch cut short. Control batches are skipped; a record or
+    batch that cannot be read goes to `on_bad(offset, error)` and is skipped
+    too, so one bad record cannot keep a coordinator from loading."""
     mv = memoryview(data)
     pos, n = 0, len(data)
     while pos + v2.LOG_OVERHEAD <= n:
@@ -181,8 +294,11 @@ def read_commits(data: bytes, on_bad: Callable[[int, Exception], None]
                 if rec.key is None:
                     raise RecordFormatError("a record without a key")
                 key = decode_key(rec.key)
-                if isinstance(key, OffsetKey):
-                    yield rec.offset, key, (None if rec.value is None
-                                            else decode_offset_value(rec.value))
+                if rec.value is None:
+                    yield rec.offset, key, None
+                elif isinstance(key, OffsetKey):
+                    yield rec.offset, key, decode_offset_value(rec.value)
+                else:
+                    yield rec.offset, key, decode_group_value(rec.value)
             except RecordFormatError as e:
                 on_bad(rec.offset, e)

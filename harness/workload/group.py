@@ -54,6 +54,16 @@ def _tp_list(parts: Any) -> list[dict[str, Any]]:
             for tp in parts if tp.offset is not None and tp.offset >= 0]
 
 
+def committed_offsets(answered: Iterable[Any]) -> dict[TP, int | None]:
+    """confluent-kafka's `committed()` answer as {(topic, partition): offset}.
+    A partition answered with an error has no offset to trust (librdkafka
+    leaves it at -1001, the same as "nothing committed"): it maps to None,
+    unknown, and the member then lets the library fetch the commit itself.
+    Only an answer without error below 0 means nothing is committed."""
+    return {(tp.topic, tp.partition): None if tp.error is not None else tp.offset
+            for tp in answered}
+
+
 def commit_outcome(name: str) -> tuple[str, str]:
     """("fail" | "info", canonical name) of a commit that did not succeed:
     fail only when the coordinator (or the client, before sending) refused it."""
@@ -178,11 +188,15 @@ class ConfluentGroupConsumer(GroupMember):
         """Start each partition at what the coordinator says is committed (the
         log start when nothing is), and record that position."""
         try:
-            committed = {(tp.topic, tp.partition): tp.offset
-                         for tp in consumer.committed(parts, timeout=10)}
+            answered = consumer.committed(parts, timeout=10)
         except Exception as e:  # noqa: BLE001 - unknown: the library fetches it itself
             self.emit("log", msg=f"committed offsets unknown: {e!r}")
-            committed = {}
+            answered = []
+        committed = committed_offsets(answered)
+        failed = sorted(f"{tp.topic}/{tp.partition}: {tp.error}" for tp in answered
+                        if tp.error is not None)
+        if failed:
+            self.emit("log", msg=f"committed offsets unknown: {'; '.join(failed)}")
         starts = []
         for tp in parts:
             got = committed.get((tp.topic, tp.partition))

@@ -20,12 +20,14 @@ from cluster.server.group_coordinator import GroupConfig, GroupCoordinator
 from cluster.server.group_metadata import (GroupMetadata, GroupState, IllegalStateTransition,
                                            MemberMetadata, OffsetAndMetadata)
 from cluster.server.group_metadata_manager import (GroupMetadataManager, OffsetsLoad,
-                                                   commit_error)
-from cluster.server.offsets_topic import (GROUP_METADATA_TOPIC, GroupMetadataKey, OffsetKey,
-                                          RecordFormatError, commit_batch, decode_key,
-                                          decode_offset_value, encode_offset_key,
-                                          encode_offset_value, java_string_hash, partition_for,
-                                          read_commits)
+                                                   commit_error, store_error)
+from cluster.server.offsets_topic import (GROUP_METADATA_TOPIC, GroupMetadataKey, GroupRecord,
+                                          MemberRecord, OffsetKey, RecordFormatError,
+                                          commit_batch, decode_group_value, decode_key,
+                                          decode_offset_value, encode_group_key,
+                                          encode_group_value, encode_offset_key,
+                                          encode_offset_value, group_batch, java_string_hash,
+                                          partition_for, read_records)
 from cluster.server.partition import Partition
 
 S = GroupState
@@ -103,7 +105,7 @@ def test_offsets_are_rebuilt_from_the_log_last_record_wins_tombstones_remove(tmp
     lg.append_as_leader(commit_batch("g2", {("t", 0): om(1, "", 11)}, 11), 0)
     lg.append_as_leader(_batch([
         (encode_offset_key("g1", "t", 0), encode_offset_value(om(6, "", 12))),
-        (struct.pack(">hh", 2, 2) + b"g1", b"group metadata: skipped"),
+        (struct.pack(">hh", 2, 2) + b"g1", b"not a group metadata value"),   # skipped
         (b"\x00\x09garbage", b"?"),                       # unknown key version: skipped
         (encode_offset_key("g2", "t", 0), None),          # tombstone
     ]), 0)
@@ -114,17 +116,74 @@ def test_offsets_are_rebuilt_from_the_log_last_record_wins_tombstones_remove(tmp
         offset = load.apply(lg.read(offset, 100))   # small reads: one batch at a time
     assert load.groups() == {"g1": {("t", 0): om(6, "", 12), ("t", 1): om(7, "x", 10),
                                     ("u", 0): om(3, "", 13)}}
-    assert load.bad_records == 1
+    assert load.bad_records == 2
     assert load.apply(b"") is None
 
 
-def test_read_commits_reports_a_bad_record_and_goes_on():
+def test_read_records_reports_a_bad_record_and_goes_on():
     bad = []
     data = _batch([(None, b"v"), (encode_offset_key("g", "t", 0),
                                   encode_offset_value(OffsetAndMetadata(1)))])
-    got = list(read_commits(data, lambda off, e: bad.append(off)))
+    got = list(read_records(data, lambda off, e: bad.append(off)))
     assert [(off, key) for off, key, _ in got] == [(1, OffsetKey("g", "t", 0))]
     assert bad == [0]
+
+
+MEMBERS = (MemberRecord("m1", "c1", "/h1", 30000, 10000, b"sub-1", b"asg-1"),
+           MemberRecord("m2", "c2", "/h2", 30000, 10000, b"sub-2", b""))
+
+
+def test_group_record_round_trips_in_kafkas_v2_layout_and_older_versions_read():
+    rec = GroupRecord("consumer", 7, "range", "m1", 1234, MEMBERS)
+    data = encode_group_value(rec)
+    assert data[:2] == struct.pack(">h", 2) and decode_group_value(data) == rec
+    assert decode_key(encode_group_key("g")) == GroupMetadataKey("g")
+    empty = GroupRecord("consumer", 8, None, None, 1, ())
+    assert decode_group_value(encode_group_value(empty)) == empty
+
+    def s(x):
+        return struct.pack(">h", len(x)) + x
+
+    def b(x):
+        return struct.pack(">i", len(x)) + x
+    head = s(b"consumer") + struct.pack(">i", 3) + s(b"range") + s(b"m")
+    v0 = (struct.pack(">h", 0) + head + struct.pack(">i", 1) + s(b"m") + s(b"c") + s(b"/h")
+          + struct.pack(">i", 6000) + b(b"S") + b(b"A"))
+    v3 = (struct.pack(">h", 3) + head + struct.pack(">q", 5) + struct.pack(">i", 1) + s(b"m")
+          + struct.pack(">h", -1) + s(b"c") + s(b"/h") + struct.pack(">ii", 9000, 6000)
+          + b(b"S") + b(b"A"))
+    assert decode_group_value(v0) == GroupRecord(
+        "consumer", 3, "range", "m", -1, (MemberRecord("m", "c", "/h", 6000, 6000, b"S", b"A"),))
+    assert decode_group_value(v3) == GroupRecord(
+        "consumer", 3, "range", "m", 5, (MemberRecord("m", "c", "/h", 9000, 6000, b"S", b"A"),))
+    for bad in (struct.pack(">h", 4) + head, v0[:-3]):
+        with pytest.raises(RecordFormatError):
+            decode_group_value(bad)
+
+
+def test_memberships_are_rebuilt_from_the_log_last_record_wins_tombstones_remove(tmp_path):
+    lg = _log(tmp_path)
+    lg.append_as_leader(group_batch("g1", GroupRecord("consumer", 1, "range", "m1", 1,
+                                                      MEMBERS[:1]), 1), 0)
+    lg.append_as_leader(group_batch("g2", GroupRecord("consumer", 4, "range", "m2", 2,
+                                                      MEMBERS[1:]), 2), 0)
+    lg.append_as_leader(commit_batch("g1", {("t", 0): OffsetAndMetadata(5, "", 3)}, 3), 0)
+    lg.append_as_leader(group_batch("g1", GroupRecord("consumer", 2, "range", "m2", 4,
+                                                      MEMBERS), 4), 0)
+    lg.append_as_leader(_batch([(encode_group_key("g2"), None)]), 0)
+    lg.append_as_leader(group_batch("g3", GroupRecord("consumer", 6, None, None, 5, ()), 5), 0)
+    load = OffsetsLoad(0)
+    offset = 0
+    while offset < lg.log_end_offset:
+        offset = load.apply(lg.read(offset, 1 << 20))
+    groups = {g.group_id: g for g in load.loaded()}
+    assert sorted(groups) == ["g1", "g3"]
+    g1 = groups["g1"]
+    assert (g1.state, g1.generation_id, g1.protocol, g1.leader_id) == (S.STABLE, 2, "range", "m2")
+    assert list(g1.members) == ["m1", "m2"]
+    assert g1.get("m1").assignment == b"asg-1" and g1.get("m2").metadata("range") == b"sub-2"
+    assert g1.offsets == {("t", 0): OffsetAndMetadata(5, "", 3)}
+    assert (groups["g3"].state, groups["g3"].generation_id) == (S.EMPTY, 6)
 
 
 # -- the commit path ------------------------------------------------------------------------------
@@ -138,6 +197,11 @@ def test_append_errors_become_kafka_2_0_commit_errors():
     assert commit_error(E.UNKNOWN_TOPIC_OR_PARTITION) == E.COORDINATOR_NOT_AVAILABLE
     assert commit_error(E.MESSAGE_TOO_LARGE) == E.INVALID_COMMIT_OFFSET_SIZE
     assert commit_error(E.REQUEST_TIMED_OUT) == E.REQUEST_TIMED_OUT
+    # A membership not written in time is not handed out: join again.
+    assert store_error(E.REQUEST_TIMED_OUT) == E.REBALANCE_IN_PROGRESS
+    assert store_error(E.NOT_LEADER_FOR_PARTITION) == E.NOT_COORDINATOR
+    assert store_error(E.NOT_ENOUGH_REPLICAS) == E.COORDINATOR_NOT_AVAILABLE
+    assert store_error(E.MESSAGE_TOO_LARGE) == E.UNKNOWN_SERVER_ERROR
 
 
 class FakeClock:
@@ -463,6 +527,82 @@ def test_while_loading_heartbeats_pass_syncs_restart_and_the_rest_wait(tmp_path)
         await asyncio.sleep(0)
         await asyncio.sleep(0)
         assert env.gc.handle_list_groups() == (E.NONE, [])
+    run(body, tmp_path)
+
+
+# -- memberships in the offsets topic ----------------------------------------------------------
+
+def test_an_assignment_is_handed_out_only_once_the_isr_holds_the_generation(tmp_path):
+    """A coordinator whose followers stopped fetching from it (deposed, not
+    yet told) cannot replicate the group's record: the leader's SyncGroup
+    must not hand out its assignment, or two coordinators give two
+    memberships the same partitions."""
+    async def body(env: Env):
+        a = env.join(client="a")
+        env.clock.advance(DELAY)
+        [(err, generation, _p, leader, member, _m)] = a
+        got = env.sync("g", generation, member, {member: b"A"})
+        await asyncio.sleep(0.05)
+        assert got == [], "the assignment was handed out before the ISR held the generation"
+        env.p.record_follower_fetch(2, env.p.leo, 1)
+        await asyncio.sleep(0.05)
+        assert got == [(E.NONE, b"A")] and env.manager.get_group("g").is_(S.STABLE)
+    run(body, tmp_path, isr=(1, 2))
+
+
+def test_a_generation_not_written_in_time_sends_the_members_to_join_again(tmp_path):
+    async def body(env: Env):
+        a, b = env.join(client="a"), env.join(client="b")
+        env.clock.advance(2 * DELAY)
+        (ra,), (rb,) = a, b
+        leader, follower = ra[4], rb[4]
+        waiting = env.sync("g", 1, follower)
+        got = env.sync("g", 1, leader, {leader: b"A", follower: b"B"})
+        await asyncio.sleep(0.3)
+        assert got == [(E.REBALANCE_IN_PROGRESS, b"")]
+        assert waiting == [(E.REBALANCE_IN_PROGRESS, b"")]
+        group = env.manager.get_group("g")
+        assert group.is_(S.PREPARING_REBALANCE)
+        assert all(m.assignment == b"" for m in group.members.values())
+    run(body, tmp_path, isr=(1, 2), commit_timeout_ms=100)
+
+
+def test_a_new_coordinator_loads_the_members_who_go_on_in_their_generation(tmp_path):
+    async def body(env: Env):
+        leader, follower = env.stable_pair()
+        tp = ("t", 0)
+        assert env.commit("g", follower, 1, {tp: OffsetAndMetadata(4)}) == [{tp: E.NONE}]
+        env.gc.on_leadership_change(env.p, False)      # moved away and back: a reload
+        env.gc.on_leadership_change(env.p, True)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        group = env.manager.get_group("g")
+        assert group.is_(S.STABLE) and group.generation_id == 1 and group.leader_id == leader
+        assert env.gc.handle_heartbeat("g", follower, 1) == E.NONE
+        assert env.sync("g", 1, follower) == [(E.NONE, b"B")]
+        assert env.commit("g", follower, 1, {tp: OffsetAndMetadata(5)}) == [{tp: E.NONE}]
+        assert env.commit("g", follower, 0, {tp: OffsetAndMetadata(6)}) == [
+            {tp: E.ILLEGAL_GENERATION}]
+        # The leader never heartbeats the new coordinator: its session runs out.
+        env.clock.advance(SESSION - 1)
+        assert env.gc.handle_heartbeat("g", follower, 1) == E.NONE
+        env.clock.advance(1)
+        assert not group.has(leader) and group.is_(S.PREPARING_REBALANCE)
+    run(body, tmp_path)
+
+
+def test_an_empty_generation_is_written_so_a_reload_brings_no_member_back(tmp_path):
+    async def body(env: Env):
+        leader, follower = env.stable_pair()
+        env.gc.handle_leave_group("g", leader)
+        env.gc.handle_leave_group("g", follower)
+        env.clock.advance(REBALANCE)
+        env.gc.on_leadership_change(env.p, False)
+        env.gc.on_leadership_change(env.p, True)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        group = env.manager.get_group("g")
+        assert group.is_(S.EMPTY) and group.generation_id == 2 and not group.members
     run(body, tmp_path)
 
 

@@ -3,8 +3,9 @@ fail or info for a commit, and the worker lines every group member writes."""
 import pytest
 
 from harness.workload.clients import CLIENTS
-from harness.workload.group import (GROUP_CLIENTS, GroupMember, check_member, commit_outcome,
-                                    offsets_of)
+from harness.workload.group import (GROUP_CLIENTS, ConfluentGroupConsumer, GroupMember,
+                                    check_member, commit_outcome, committed_offsets, offsets_of)
+from reports.groups import NO_OFFSET
 from harness.workload.runner import WorkloadSpec
 
 
@@ -34,6 +35,48 @@ def test_every_client_has_a_member_and_auto_only_where_every_commit_is_seen():
         WorkloadSpec({"t": 1}, client=client, sub_via="subscribe", commit="none")
     with pytest.raises(ValueError, match="needs --client"):
         check_member("raw", "manual")
+
+
+class _TP:
+    """confluent-kafka's TopicPartition as `committed()` answers it: its
+    `error` cannot be set through the library's constructor."""
+
+    def __init__(self, topic, partition, offset=-1001, error=None):
+        self.topic, self.partition, self.offset, self.error = topic, partition, offset, error
+
+
+class _Consumer:
+    """committed() answers each partition as `answers` says; assign() is recorded."""
+
+    def __init__(self, answers):
+        self.answers, self.assigned = answers, None
+
+    def committed(self, parts, timeout):
+        return [_TP(tp.topic, tp.partition, *self.answers[tp.partition]) for tp in parts]
+
+    def assign(self, parts):
+        self.assigned = [(tp.topic, tp.partition, tp.offset) for tp in parts]
+
+
+def test_an_offset_fetch_answered_with_an_error_is_unknown_not_no_offset():
+    """Issue 34: librdkafka leaves a partition its OffsetFetch failed for at
+    -1001 with the error beside it. Taken as "nothing committed", the member
+    re-read from the log start and the checker blamed the broker for the
+    regression. It is unknown (committed null) and the library fetches it."""
+    assert committed_offsets([_TP("t", 0, 7), _TP("t", 1), _TP("t", 2, -1001, "NOT_COORDINATOR")]
+                             ) == {("t", 0): 7, ("t", 1): -1001, ("t", 2): None}
+    lines = []
+    member = ConfluentGroupConsumer.__new__(ConfluentGroupConsumer)
+    GroupMember.__init__(member, "g", "manual", lambda t, **f: lines.append((t, f)))
+    member._log_start = lambda tp: 0
+    consumer = _Consumer({0: (7,), 1: (), 2: (-1001, "COORDINATOR_LOAD_IN_PROGRESS")})
+    member._assigned(consumer, [_TP("t", p, -1001) for p in (0, 1, 2)])
+    [(kind, assign)] = [x for x in lines if x[1].get("kind") == "assign"]
+    assert [(p["partition"], p["position"], p["committed"]) for p in assign["partitions"]] == [
+        (0, 7, 7), (1, 0, NO_OFFSET), (2, None, None)]
+    assert consumer.assigned == [("t", 0, 7), ("t", 1, 0), ("t", 2, -1001)]
+    assert any("t/2: COORDINATOR_LOAD_IN_PROGRESS" in f.get("msg", "") for t, f in lines
+               if t == "log")
 
 
 def test_member_lines():
