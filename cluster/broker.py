@@ -39,6 +39,7 @@ from cluster.server.kafka_apis import KafkaApis
 from cluster.server.metadata_cache import MetadataCache
 from cluster.server.replica_manager import ReplicaManager
 from cluster.server.socket_server import SocketServer
+from cluster.server.state_window import StateWindow
 from cluster.server.zk_client import ZkClient
 from cluster.zkpaths import BrokerRegistration
 
@@ -81,8 +82,13 @@ class Broker:
         self.rm.load(assigned)
         self.rm.start()
 
+        window = None
+        if cfg["chaoslog.state.window.enable"]:
+            window = StateWindow(self.broker_id, lambda: self.start_epoch,
+                                 lambda: self.rm.partitions, lambda: None,
+                                 cfg["chaoslog.state.window.max.partitions"])
         self.apis = KafkaApis(cfg, self.rm, self.metadata, zk,
-                              controller=lambda: getattr(self, "controller", None))
+                              controller=lambda: getattr(self, "controller", None), window=window)
         self.server = SocketServer(self.apis, cfg["host.name"], cfg["port"],
                                    cfg["socket.request.max.bytes"])
         await self.server.start()

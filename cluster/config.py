@@ -85,6 +85,10 @@ DEFAULTS: dict[str, Any] = {
     # Harness hook, not a Kafka key: run the controller component in this
     # broker. The data-plane tests turn it off and play the controller by hand.
     "chaoslog.controller.enable": True,
+    # Harness hook, not a Kafka key: answer the test-only state window
+    # (cluster/server/state_window.py), at most this many partitions a request.
+    "chaoslog.state.window.enable": False,
+    "chaoslog.state.window.max.partitions": 2000,
 }
 
 

@@ -43,23 +43,27 @@ class KafkaConnection:
 
     def call(self, req_cls: Any, resp_cls: Any, version: int, **fields: Any) -> Any:
         """Send `req_cls(version, **fields)`, return the decoded response."""
-        self._corr = (self._corr + 1) & 0x7FFFFFFF
         body = bytes(req_cls(version=version, **fields).encode(version=version))
-        header = _HEADER.pack(req_cls.API_KEY, version, self._corr,
-                              len(self.client_id)) + self.client_id
+        frame = self.request(req_cls.API_KEY, version, body, req_cls.__name__)
+        try:
+            return resp_cls.decode(frame, version=version)
+        except Exception as e:  # noqa: BLE001 - any decoding failure is the broker's
+            raise WireError(f"undecodable {resp_cls.__name__} v{version}: {e}") from None
+
+    def request(self, api_key: int, version: int, body: bytes, name: str = "request") -> bytes:
+        """Send one request; the response after its correlation id."""
+        self._corr = (self._corr + 1) & 0x7FFFFFFF
+        header = _HEADER.pack(api_key, version, self._corr, len(self.client_id)) + self.client_id
         try:
             self.sock.sendall(_SIZE.pack(len(header) + len(body)) + header + body)
             (n,) = _SIZE.unpack(self._read(4))
             frame = self._read(n)
         except OSError as e:
-            raise WireError(f"{req_cls.__name__} to {self.address[0]}:{self.address[1]}: {e}") from None
+            raise WireError(f"{name} to {self.address[0]}:{self.address[1]}: {e}") from None
         (corr,) = _SIZE.unpack_from(frame)
         if corr != self._corr:
             raise WireError(f"correlation id {corr}, expected {self._corr}")
-        try:
-            return resp_cls.decode(frame[4:], version=version)
-        except Exception as e:  # noqa: BLE001 - any decoding failure is the broker's
-            raise WireError(f"undecodable {resp_cls.__name__} v{version}: {e}") from None
+        return frame[4:]
 
     def _read(self, n: int) -> bytes:
         chunks, left = [], n
@@ -374,3 +378,26 @@ def describe_group(conn: KafkaConnection, group: str) -> tuple[int, str, str, li
     g = resp.groups[0]
     return (g.error_code, g.group_state or "", g.protocol_data or "",
             [m.member_id for m in g.members or []])
+
+
+# -- the built-in broker's test-only state window ----------------------------------------------
+
+STATE_WINDOW_KEY = 32001   # docs/architecture.md, "State window" (not a Kafka API)
+
+
+def state_window(conn: KafkaConnection, max_partitions: int = 0) -> dict[str, Any]:
+    """One broker's own state at one moment: its replicas (leader, epoch,
+    ISR, HW, LEO, each follower's LEO as a leader knows it, the last
+    committed batch) and, on the active controller, the controller's view.
+    Only chaoslog's broker with `chaoslog.state.window.enable` answers."""
+    import json
+    frame = conn.request(STATE_WINDOW_KEY, 0, _SIZE.pack(max_partitions), "StateWindow")
+    try:
+        (err,) = struct.unpack_from(">h", frame)
+        (n,) = _SIZE.unpack_from(frame, 2)
+        data = json.loads(frame[6:6 + n])
+    except (struct.error, ValueError) as e:
+        raise WireError(f"undecodable state window answer: {e}") from None
+    if err != 0 or not isinstance(data, dict):
+        raise WireError(f"state window answered error {err}")
+    return data

@@ -322,6 +322,13 @@ class Log:
                 pos = h.position
             yield from seg.scan(pos)
 
+    def batch_at(self, offset: int) -> BatchHeader | None:
+        """Header of the batch holding `offset`, or None outside the log."""
+        with self._lock:
+            if not self.log_start_offset <= offset < self.log_end_offset:
+                return None
+            return self.segments[self._segment_for(offset)].find(offset)
+
     def last_batch(self) -> BatchHeader | None:
         """Header of the newest batch, or None for an empty log."""
         with self._lock:

@@ -31,6 +31,7 @@ from cluster.server.group_apis import GroupApis
 from cluster.server.metadata_cache import MetadataCache
 from cluster.server.offsets_topic import INTERNAL_TOPICS
 from cluster.server.replica_manager import ReplicaManager
+from cluster.server.state_window import STATE_WINDOW_KEY, STATE_WINDOW_VERSION, StateWindow
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +52,14 @@ class KafkaApis:
     (ControlledShutdown)."""
 
     def __init__(self, cfg, rm: ReplicaManager, metadata: MetadataCache, zk: Any = None,
-                 controller: Callable[[], Any] = lambda: None):
+                 controller: Callable[[], Any] = lambda: None,
+                 window: StateWindow | None = None):
         self.cfg = cfg
         self.rm = rm
         self.metadata = metadata
         self.zk = zk
         self.controller = controller
+        self.window = window     # the test-only state window, when the harness asked for it
         self.broker_id = cfg.broker_id
         self.max_message_bytes = cfg["message.max.bytes"]
         self._refused_metadata = 0  # client Metadata requests refused while uninformed
@@ -82,6 +85,8 @@ class KafkaApis:
                 return frame_response(hdr.correlation_id,
                                       api.api_versions_body(0, E.UNSUPPORTED_VERSION))
             return frame_response(hdr.correlation_id, api.api_versions_body(version))
+        if key == STATE_WINDOW_KEY and version == STATE_WINDOW_VERSION and self.window:
+            return self.window.handle(hdr.correlation_id, bytes(frame[hdr.body_offset:]))
         if not api.is_supported(key, version):
             log.warning("unsupported request api_key=%d version=%d from %r; closing connection",
                         key, version, hdr.client_id)

@@ -99,6 +99,22 @@ class Partition:
     def rebuild_producer_state(self) -> None:
         self.producer_state.rebuild(self.log.batches(self.log.log_start_offset))
 
+    def view(self) -> dict:
+        """This replica's state for the test-only window (state_window.py):
+        what the design's definitions are about, all in memory but the one
+        batch header of the last committed record."""
+        out = {"topic": self.topic, "partition": self.partition, "leader": self.leader_id,
+               "epoch": self.leader_epoch, "isr": sorted(self.isr), "zk_version": self.zk_version,
+               "replicas": list(self.replicas), "hw": self.hw, "leo": self.leo,
+               "start": self.log.log_start_offset, "fenced": self.fenced}
+        if self.is_leader:
+            out["followers"] = {str(r.broker_id): r.leo for r in self.remotes.values()}
+        committed = self.log.batch_at(self.hw - 1) if self.hw > 0 else None
+        if committed is not None:
+            out["committed"] = [committed.base_offset, committed.last_offset,
+                                committed.partition_leader_epoch, committed.crc]
+        return out
+
     def describe(self) -> str:
         return (f"{self.topic}-{self.partition} leader={self.leader_id} "
                 f"epoch={self.leader_epoch} isr={sorted(self.isr)} hw={self.hw} leo={self.leo}")
