@@ -10,6 +10,9 @@ checker (docs/history-format.md, "observations.jsonl"):
 
   MetadataSampler     a `metadata` sample of ZooKeeper about every second (of
                       the brokers' Metadata on a target without ZooKeeper)
+  StateSampler        a `broker-state` sample of each broker's own state about
+                      every second, from the built-in broker's test-only
+                      window (docs/architecture.md, "State window")
   await_recovery      after the final heal: until every broker is registered
                       and every partition has a live leader and its full ISR
                       (or the bound passes): one `recovery` observation; read
@@ -179,6 +182,55 @@ class MetadataSampler(PeriodicSampler):
             return None
         self.samples += 1
         return self.observations.write("metadata", time=t, **state)
+
+
+class StateSampler(PeriodicSampler):
+    """A `broker-state` observation of every broker that answers, every
+    `period_s`: its replicas of the run's topics (`topics()`) as its state
+    window shows them at one moment, and the controller's view on the
+    active controller. A broker that does not answer within `timeout_s`
+    (down, paused, cut off) is skipped that round: a gap, never a made-up
+    state. One connection a broker, opened again after a failure."""
+
+    def __init__(self, cluster: Any, observations: Observations, topics: Callable[[], set[str]],
+                 period_s: float = 1.0, timeout_s: float = 2.0):
+        super().__init__("state-sampler", period_s)
+        self.cluster = cluster
+        self.observations = observations
+        self.topics = topics
+        self.timeout_s = timeout_s
+        self.failures = 0
+        self._conns: dict[str, kafka_wire.KafkaConnection] = {}
+
+    def sample(self) -> None:
+        topics = self.topics()
+        for name in self.cluster.spec.node_names():
+            if name.startswith("broker-"):
+                self._sample(name, topics)
+
+    def _sample(self, name: str, topics: set[str]) -> None:
+        try:
+            conn = self._conns.get(name)
+            if conn is None:
+                node = self.cluster.node(name)
+                conn = self._conns[name] = kafka_wire.KafkaConnection(
+                    node.host, node.port, client_id="chaoslog-state", timeout=self.timeout_s)
+            state = kafka_wire.state_window(conn)
+        except Exception:  # noqa: BLE001 - down, paused, cut off, or no window here
+            self.failures += 1
+            dropped = self._conns.pop(name, None)
+            if dropped is not None:
+                dropped.close()
+            return
+        state["partitions"] = [p for p in state.get("partitions", []) if p.get("topic") in topics]
+        self.samples += 1
+        self.observations.write("broker-state", **state)
+
+    def stop(self) -> None:
+        super().stop()
+        for conn in self._conns.values():
+            conn.close()
+        self._conns.clear()
 
 
 # -- the end of a run ---------------------------------------------------------------------------

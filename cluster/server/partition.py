@@ -103,7 +103,8 @@ class Partition:
         """This replica's state for the test-only window (state_window.py):
         what the design's definitions are about, all in memory but the one
         batch header of the last committed record."""
-        out = {"topic": self.topic, "partition": self.partition, "leader": self.leader_id,
+        out = {"topic": self.topic, "partition": self.partition, "topic_id": self.log.topic_id,
+               "leader": self.leader_id,
                "epoch": self.leader_epoch, "isr": sorted(self.isr), "zk_version": self.zk_version,
                "replicas": list(self.replicas), "hw": self.hw, "leo": self.leo,
                "start": self.log.log_start_offset, "fenced": self.fenced}

@@ -1,0 +1,202 @@
+"""Invariant oracles: the design's definitions checked at every sample of a
+run, wherever and whenever a violation shows (docs/anomalies.md).
+
+Two kinds of evidence, both in observations.jsonl:
+
+  * `broker-state`: one broker's own replicas at one moment, from the
+    built-in broker's test-only state window (docs/architecture.md, "State
+    window"): leader, epoch, ISR, HW, LEO, the leader's view of each
+    follower's LEO, the last committed batch;
+  * `metadata`: ZooKeeper about every second (leaderAndISR with its znode
+    version, live brokers, pending reassignments).
+
+Each function takes the samples in time order and returns anomaly
+instances (dicts with topic, partition, `time` and what was seen). What a
+configuration does not promise is not checked in it: the callers pass the
+run's configuration (docs/design.md#guarantees).
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from reports.observations import MAX_SAMPLE_GAP_NS, NS
+
+STATE = "broker-state"
+
+
+def _replicas(states: Iterable[dict]):
+    """(sample, replica) of every broker-state sample, in order."""
+    for s in states:
+        for p in s.get("partitions", ()):
+            yield s, p
+
+
+def isr_behind_hw(states: Iterable[dict]) -> list[dict]:
+    """docs/design.md#isr, #high-watermark: every ISR member holds every
+    committed record. At each leader sample, a follower in the ISR whose LEO
+    as the leader knows it (from its last fetch; unknown right after a
+    leader change) is below the HW breaks it: it joined too early, or the
+    HW passed a record it lacks. (With `hw` truncation a follower of a new
+    leader may truncate below that leader's HW while in its ISR: Kafka
+    0.8's design, KIP-101's cause; the caller checks `leader-epoch` runs.)"""
+    out = []
+    for s, p in _replicas(states):
+        if p["leader"] != s["broker"]:
+            continue
+        for follower, leo in sorted((p.get("followers") or {}).items()):
+            if int(follower) in p["isr"] and 0 <= leo < p["hw"]:
+                out.append({"topic": p["topic"], "partition": p["partition"], "time": s["time"],
+                            "leader": s["broker"], "leader_epoch": p["epoch"],
+                            "follower": int(follower), "follower_leo": leo, "hw": p["hw"],
+                            "isr": p["isr"]})
+    return out
+
+
+def hw_regression(states: Iterable[dict]) -> list[dict]:
+    """docs/design.md#high-watermark: a leader's HW never goes back while it
+    leads in one leader epoch (one broker incarnation), and no replica's HW
+    passes its own LEO."""
+    out = []
+    last: dict[tuple, tuple[int, int]] = {}
+    for s, p in _replicas(states):
+        tp = (p["topic"], p["partition"])
+        base = {"topic": tp[0], "partition": tp[1], "time": s["time"], "broker": s["broker"],
+                "leader_epoch": p["epoch"]}
+        if p["hw"] > p["leo"]:
+            out.append({**base, "rule": "HW past the LEO", "hw": p["hw"], "leo": p["leo"]})
+        if p["leader"] != s["broker"]:
+            continue
+        key = (tp, p.get("topic_id"), s["broker"], s["start_epoch"], p["epoch"])
+        prev = last.get(key)
+        if prev is not None and p["hw"] < prev[0]:
+            out.append({**base, "rule": "leader HW went back", "hw": p["hw"],
+                        "previous": prev[0], "previous_time": prev[1]})
+        last[key] = (max(p["hw"], prev[0]) if prev else p["hw"], s["time"])
+    return out
+
+
+def committed_divergence(states: Iterable[dict]) -> list[dict]:
+    """docs/design.md#g-replicas-agree, sampled: a committed batch is the same
+    on every replica at every moment. Each sample names the batch holding
+    its replica's last committed offset (base, last offset, leader epoch,
+    CRC); two samples naming a different batch at the same base offset of
+    one topic incarnation saw replicas that disagree below the HW."""
+    seen: dict[tuple, tuple] = {}
+    out = []
+    for s, p in _replicas(states):
+        batch = p.get("committed")
+        if not batch:
+            continue
+        key = (p["topic"], p["partition"], p.get("topic_id"), batch[0])
+        first = seen.setdefault(key, (tuple(batch), s["broker"], s["time"]))
+        if first[0] != tuple(batch):
+            out.append({"topic": p["topic"], "partition": p["partition"], "time": s["time"],
+                        "offset": batch[0], "broker": s["broker"], "batch": list(batch),
+                        "other_broker": first[1], "other_batch": list(first[0]),
+                        "other_time": first[2]})
+            seen[key] = (tuple(batch), s["broker"], s["time"])   # report each change once
+    return out
+
+
+def _versions(samples: Iterable[dict]):
+    """(previous, current, sample) for each partition whose leaderAndISR
+    znode moved by exactly one version between two consecutive samples
+    close enough to be evidence: the current state was written over the
+    previous one. A partition missing from a sample (its topic deleted,
+    perhaps created again) starts afresh."""
+    last: dict[tuple, tuple[dict, int]] = {}
+    for s in samples:
+        seen = {}
+        for p in s["partitions"]:
+            tp = (p["topic"], p["partition"])
+            seen[tp] = (p, s["time"])
+            prev = last.get(tp)
+            if (prev is not None and p["zk_version"] == prev[0]["zk_version"] + 1
+                    and p["leader_epoch"] >= prev[0]["leader_epoch"]
+                    and s["time"] - prev[1] <= MAX_SAMPLE_GAP_NS):
+                yield prev[0], p, s
+        last = seen
+
+
+def unclean_election(samples: Iterable[dict]) -> list[dict]:
+    """docs/design.md#leader-selection with unclean.leader.election.enable
+    off: a new leader is always a member of the ISR it was elected from.
+    Judged where two samples show consecutive leaderAndISR versions, so the
+    earlier ISR is the one the election read."""
+    out = []
+    for prev, cur, s in _versions(samples):
+        if cur["leader"] >= 0 and cur["leader"] != prev["leader"] and cur["leader"] not in prev["isr"]:
+            out.append({"topic": cur["topic"], "partition": cur["partition"], "time": s["time"],
+                        "leader": cur["leader"], "leader_epoch": cur["leader_epoch"],
+                        "previous_leader": prev["leader"], "previous_isr": prev["isr"]})
+    return out
+
+
+def dead_isr_member(samples: Iterable[dict], grace_s: float, controller: bool) -> list[dict]:
+    """docs/design.md#broker-failure, #isr: once the controller (in V2, the
+    leader, by the lag rule) has had `grace_s` to act, the ISR of a
+    partition with a live leader names no unregistered broker. Time without
+    a controller (controller mode) and gaps between samples do not count."""
+    out = []
+    since: dict[tuple, int] = {}
+    last_time = None
+    for s in samples:
+        if last_time is not None and s["time"] - last_time > MAX_SAMPLE_GAP_NS:
+            since.clear()
+        last_time = s["time"]
+        if controller and s.get("controller") is None:
+            since.clear()
+            continue
+        live = set(s["live_brokers"])
+        current = set()
+        for p in s["partitions"]:
+            if p["leader"] not in live:
+                continue
+            for b in p["isr"]:
+                if b in live:
+                    continue
+                key = (p["topic"], p["partition"], b)
+                current.add(key)
+                t0 = since.setdefault(key, s["time"])
+                if s["time"] - t0 > grace_s * NS:
+                    out.append({"topic": p["topic"], "partition": p["partition"],
+                                "time": s["time"], "broker": b, "since": t0, "isr": p["isr"],
+                                "leader": p["leader"],
+                                "seconds": round((s["time"] - t0) / NS, 1)})
+                    since[key] = s["time"]   # once per grace period
+        for key in set(since) - current:
+            del since[key]
+    return out
+
+
+def reassignment_unsynced(samples: Iterable[dict], lag_s: float,
+                          disturbed: Callable[[int, int], bool]) -> list[dict]:
+    """docs/design.md#partition-reassignment: a reassignment finishes only
+    once every new replica is in the ISR. At the first sample after one
+    finished (the pending entry gone, the assignment its targets), every
+    live target is still in the ISR: none could have fallen out within a
+    sample of the finish unless it was already lagging for
+    replica.lag.time.max.ms, which a target being waited for cannot be.
+    Targets that a fault hit around the finish (`disturbed(broker, time)`)
+    are left out: a fault may take one out in between."""
+    out = []
+    pending: dict[str, tuple[list[int], int]] = {}
+    for s in samples:
+        live = set(s["live_brokers"])
+        by_tp = {f"{p['topic']}/{p['partition']}": p for p in s["partitions"]}
+        for tp, (targets, t_last) in list(pending.items()):
+            if tp in s["reassigning"]:
+                continue
+            del pending[tp]
+            p = by_tp.get(tp)
+            if (p is None or sorted(p["replicas"]) != sorted(targets)
+                    or s["time"] - t_last > min(MAX_SAMPLE_GAP_NS, lag_s * NS / 2)):
+                continue   # cancelled, deleted, or no close evidence
+            missing = [b for b in targets if b in live and b not in p["isr"]
+                       and not disturbed(b, s["time"])]
+            if missing:
+                out.append({"topic": p["topic"], "partition": p["partition"], "time": s["time"],
+                            "targets": targets, "isr": p["isr"], "missing": missing})
+        for tp, targets in s["reassigning"].items():
+            pending[tp] = (list(targets), s["time"])
+    return out
