@@ -152,6 +152,75 @@ def _power_loss_of_leader_and_follower(rng: random.Random, k: Knobs) -> list[Par
             Part(rng.uniform(0.0, 0.5), "lose-unfsynced", follower_back, "follower", lane=1)]
 
 
+# -- control-plane transitions, each followed by failures aimed at what it produced ---------
+
+def _shutdown_then_new_leader_lost(rng: random.Random, k: Knobs) -> list[Part]:
+    """A controlled shutdown of the leader (SIGTERM: the controller moves its
+    leaderships away and takes it out of the ISRs first), then, while it is
+    down, the new leader killed: the partition's next election has one
+    replica fewer and must still pick an in-sync one."""
+    new_leader_lost = rng.uniform(1.0, 3.0)
+    return [Part(0.0, "stop", new_leader_lost + rng.uniform(4.0, 8.0), "leader", lane=0),
+            Part(new_leader_lost, "kill", rng.uniform(4.0, 8.0), "leader", lane=1)]
+
+
+def _followers_down_then_leader_lost(rng: random.Random, k: Knobs) -> list[Part]:
+    """Two followers down at once (the ISR shrinks to the leader), both back
+    (each catches up and is added to the ISR on its own), and the leader
+    killed soon after they are back, perhaps before one rejoined: the ISR
+    changes while more than one follower is out of sync, then an election."""
+    out_of_isr = k.lag_s + rng.uniform(1.0, 3.0)
+    back = out_of_isr + rng.uniform(1.0, 4.0)
+    parts = [Part(0.0, "kill", back, "follower", lane=0)]
+    if k.replication_factor >= 3:
+        second = rng.uniform(0.0, 1.0)
+        parts.append(Part(second, "kill", back - second, "follower", lane=1))
+    parts.append(Part(back + RESTART_S + rng.uniform(0.5, 3.0), "kill", rng.uniform(4.0, 8.0),
+                      "leader", lane=2))
+    return parts
+
+
+def _follower_misses_epochs(rng: random.Random, k: Knobs) -> list[Part]:
+    """A follower frozen while the leadership changes twice (the leader
+    killed, back, then its successor killed): the follower wakes up two or
+    more leader epochs behind, with records of an old epoch past the point
+    where the logs part, and must truncate to where its leader's history
+    and its own agree."""
+    first = rng.uniform(0.5, 2.0)
+    first_down = RESTART_S + k.lag_s + rng.uniform(1.0, 3.0)
+    second = first + first_down + rng.uniform(1.0, 3.0)
+    woken = second + rng.uniform(2.0, 5.0)
+    return [Part(0.0, "pause", woken, "follower", lane=0),
+            Part(first, "kill", first_down, "leader", lane=1),
+            Part(second, "kill", rng.uniform(4.0, 8.0), "leader", lane=2)]
+
+
+def _preferred_while_catching_up(rng: random.Random, k: Knobs) -> list[Part]:
+    """The leader (most often the preferred replica) killed, restarted, and
+    a preferred election asked for while it catches up: it may lead only
+    once it is in the ISR again."""
+    down = k.lag_s + rng.uniform(1.0, 3.0)
+    return [Part(0.0, "kill", down, "leader", lane=0),
+            Part(down + rng.uniform(0.0, 1.5), "elect-preferred", rng.uniform(2.0, 6.0), None,
+                 lane=1)]
+
+
+def _reassignments_under_failures(rng: random.Random, k: Knobs) -> list[Part]:
+    """Replicas added, moved and dropped one after the other (each a
+    reassignment the controller or, in V2, the leader carries out step by
+    step), with a leader killed early in the first and a follower frozen
+    during the second: the steps must resume and finish with the new
+    replicas in sync."""
+    grow = rng.uniform(6.0, 10.0)
+    move = rng.uniform(6.0, 10.0)
+    return [Part(0.0, "reassign", grow, None, {"how": "grow"}, lane=0),
+            Part(grow, "reassign", move, None, {"how": "move"}, lane=0),
+            Part(grow + move, "reassign", rng.uniform(4.0, 8.0), None, {"how": "shrink"}, lane=0),
+            Part(rng.uniform(0.5, 2.0), "kill", rng.uniform(4.0, 8.0), "leader", lane=1),
+            Part(grow + rng.uniform(0.5, 2.0), "pause", rng.uniform(3.0, 6.0), "follower",
+                 lane=2)]
+
+
 RECIPES: dict[str, Recipe] = {r.name: r for r in [
     Recipe("isr-shrink-then-leader-loss",
            "the leader cut off from the brokers until the ISR is itself, then killed (Jepsen 2013)",
@@ -162,7 +231,26 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
     Recipe("power-loss-of-leader-and-follower",
            "the leader and a follower lose unfsynced data at once, the follower back first "
            "(KIP-101 scenario 2)", _power_loss_of_leader_and_follower),
+    Recipe("shutdown-then-new-leader-lost",
+           "a controlled shutdown of the leader, then its successor killed",
+           _shutdown_then_new_leader_lost),
+    Recipe("followers-down-then-leader-lost",
+           "two followers down, both back, then the leader killed while they rejoin",
+           _followers_down_then_leader_lost),
+    Recipe("follower-misses-epochs",
+           "a follower frozen through two leader changes, then woken",
+           _follower_misses_epochs),
+    Recipe("preferred-while-catching-up",
+           "the leader killed and restarted, a preferred election while it catches up",
+           _preferred_while_catching_up),
+    Recipe("reassignments-under-failures",
+           "replicas added, moved and dropped while a leader dies and a follower freezes",
+           _reassignments_under_failures),
 ]}
+# The recipes about control-plane transitions (the pressure suite's own run).
+TRANSITIONS = ("shutdown-then-new-leader-lost", "followers-down-then-leader-lost",
+               "follower-misses-epochs", "preferred-while-catching-up",
+               "reassignments-under-failures")
 
 
 def check_name(name: str) -> None:

@@ -23,6 +23,7 @@ import os
 
 import pytest
 
+from faults import recipes
 from suite_helpers import SAFE, assert_valid
 
 SEED = int(os.environ.get("CHAOSLOG_PRESSURE_SEED", "0"))
@@ -55,6 +56,13 @@ TARGETS = {"lose-unfsynced": "leader"}
 CHURN = {"log.segment.bytes": 64 * 1024, "log.index.interval.bytes": 128,
          "replica.lag.time.max.ms": 3000}
 
+# Every control-plane transition (docs/design.md#controlled-shutdown,
+# #partition-reassignment, #preferred-replica-election, #isr, #truncation),
+# each chained with failures aimed at the roles it produced
+# (faults/recipes.py), beside the admin operations on their own.
+TRANSITIONS = {**{name: 2 for name in recipes.TRANSITIONS}, "move-leader": 1,
+               "elect-preferred": 1, "reassign": 1, "add-partitions": 1}
+
 WORKLOAD = dict(rate=300, producers=3, slots=3, consumers=1, fetchers=1, crash_every_s=25,
                 mix=[{"acks": "all", "idempotent": True, "max_in_flight": 5},
                      {"acks": "all"}, {"acks": "1"}])
@@ -78,6 +86,14 @@ def test_fixed_configuration_under_everything_at_once(workload, nemesis):
     coordination (`make test-v2`), where the admin operations go to the
     leaders and the controller role is not drawn."""
     run = pressure_run(workload, nemesis, SEED)
+    assert_valid(run)
+
+
+@pytest.mark.pressure
+@pytest.mark.any_coordination
+@pytest.mark.broker_config(**SAFE, **CHURN)
+def test_fixed_configuration_under_control_plane_transitions(workload, nemesis):
+    run = pressure_run(workload, nemesis, SEED + 3, TRANSITIONS, overlap=2)
     assert_valid(run)
 
 

@@ -152,3 +152,31 @@ def test_the_shrinker_keeps_the_recipe_steps_that_matter(tmp_path):
     small = Shrinker(spec, {"lost"}, replay, tmp_path, tries=1).shrink()
     assert [(st.fault, st.recipe) for st in small.schedule.steps] == [("partition-isolate", ISR),
                                                                      ("kill", ISR)]
+
+
+def test_control_plane_recipes_aim_later_failures_at_what_the_transition_produced():
+    for seed in range(20):
+        stop, kill = sorted(one("shutdown-then-new-leader-lost", seed), key=lambda s: s.at_s)
+        assert (stop.fault, stop.target, kill.fault, kill.target) == (
+            "stop", "leader", "kill", "leader")
+        assert stop.at_s < kill.at_s < end(stop) and stop.lane != kill.lane  # the successor
+
+        steps = one("followers-down-then-leader-lost", seed)
+        followers = [s for s in steps if s.target == "follower"]
+        [leader] = [s for s in steps if s.target == "leader"]
+        assert len(followers) == 2 and len({s.lane for s in followers}) == 2
+        assert min(end(s) for s in followers) >= 10          # out of the ISR first (the lag)
+        assert leader.at_s >= max(end(s) for s in followers) + recipes.RESTART_S
+
+        steps = one("follower-misses-epochs", seed)
+        [frozen] = [s for s in steps if s.fault == "pause"]
+        kills = sorted((s for s in steps if s.fault == "kill"), key=lambda s: s.at_s)
+        assert len(kills) == 2 and all(frozen.at_s < k.at_s < end(frozen) for k in kills)
+        assert kills[1].at_s > end(kills[0])                 # two leader changes, one at a time
+
+        steps = one("reassignments-under-failures", seed)
+        hows = [s.params["how"] for s in sorted(steps, key=lambda s: s.at_s)
+                if s.fault == "reassign"]
+        assert hows == ["grow", "move", "shrink"]
+        assert {s.fault for s in steps} == {"reassign", "kill", "pause"}
+    assert set(recipes.TRANSITIONS) <= set(RECIPES)
