@@ -1,7 +1,7 @@
 """Mutation testing of chaoslog's suites: how many broker and controller bugs
 do they catch, and how fast?
 
-    .venv/bin/python bench/mutation/runner.py [--target suites|smoke|"pytest args..."]
+    .venv/bin/python bench/mutation/runner.py [--target suites|smoke|v2|"pytest args..."]
         [--only ID ...] [--timeout SECONDS] [--out bench/results/mutation-DATE.json]
 
 Each mutant (bench/mutation/mutants.py) is one hand-written bug in cluster/:
@@ -46,14 +46,23 @@ sys.path.insert(0, str(HERE))
 
 from mutants import MUTANTS, Mutant  # noqa: E402
 from mutants_blind import MUTANTS_BLIND  # noqa: E402
+from mutants_blind2 import MUTANTS_BLIND_2, MUTANTS_BLIND_2_V2  # noqa: E402
 
 # mutants.py: written with the suites in view; mutants_blind.py: written by
-# someone who read only cluster/ and the design (how an outsider's bugs fare).
-SETS = {"main": MUTANTS, "blind": MUTANTS_BLIND, "all": MUTANTS + MUTANTS_BLIND}
+# someone who read only cluster/ and the design (how an outsider's bugs fare);
+# mutants_blind2.py: a second blind batch, its cluster/v2/ bugs measured in V2 mode.
+SETS = {"main": MUTANTS, "blind": MUTANTS_BLIND, "blind2": MUTANTS_BLIND_2,
+        "blind2-v2": MUTANTS_BLIND_2_V2,
+        "all": MUTANTS + MUTANTS_BLIND + MUTANTS_BLIND_2 + MUTANTS_BLIND_2_V2}
+# The target a set runs with when --target is not given.
+DEFAULT_TARGET = {"blind2-v2": "v2"}
 
 TARGETS = {
     "suites": ["-m", "pytest", "suites", "-x", "-q", "-p", "no:cacheprovider"],
     "smoke": ["-m", "pytest", "suites", "-x", "-q", "-m", "smoke", "-p", "no:cacheprovider"],
+    # the suites in V2 mode (coordination=v2)
+    "v2": ["-m", "pytest", "suites", "-x", "-q", "-p", "no:cacheprovider",
+           "-m", "any_coordination or v2_only", "--chaoslog-coordination", "v2"],
 }
 
 
@@ -231,10 +240,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--target", default="suites",
-                    help="suites, smoke, or a pytest command line after `python -m` (quoted)")
+    ap.add_argument("--target", default=None,
+                    help="suites, smoke, v2, or a pytest command line after `python -m` (quoted); "
+                         "default: v2 for --set blind2-v2, else suites")
     ap.add_argument("--set", default="main", choices=sorted(SETS),
-                    help="which mutants: main (mutants.py), blind (mutants_blind.py) or all")
+                    help="which mutants: main (mutants.py), blind (mutants_blind.py), blind2 and "
+                         "blind2-v2 (mutants_blind2.py) or all")
     ap.add_argument("--only", nargs="*", default=None, metavar="ID")
     ap.add_argument("--timeout", type=float, default=300.0,
                     help="seconds a mutant may survive before it counts as not caught")
@@ -258,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"stale mutant: {p}", file=sys.stderr)
         print(f"{len(mutants) - len(problems)} of {len(mutants)} mutants apply")
         return 1 if problems else 0
-    target = TARGETS.get(a.target) or shlex.split(a.target)
+    target_name = a.target or DEFAULT_TARGET.get(a.set, "suites")
+    target = TARGETS.get(target_name) or shlex.split(target_name)
     chosen = [m for m in mutants if a.only is None or m.id in a.only]
     if a.only and len(chosen) != len(a.only):
         print(f"unknown mutant ids: {sorted(set(a.only) - {m.id for m in chosen})}", file=sys.stderr)
