@@ -206,18 +206,19 @@ def _preferred_while_catching_up(rng: random.Random, k: Knobs) -> list[Part]:
 
 
 def _reassignments_under_failures(rng: random.Random, k: Knobs) -> list[Part]:
-    """Replicas added, moved and dropped one after the other (each a
+    """Replicas moved, added and dropped one after the other (each a
     reassignment the controller or, in V2, the leader carries out step by
-    step), with a leader killed early in the first and a follower frozen
-    during the second: the steps must resume and finish with the new
-    replicas in sync."""
-    grow = rng.uniform(6.0, 10.0)
+    step; a move or an addition needs a partition with fewer replicas than
+    there are brokers), with a leader killed early in the first and a
+    follower frozen during the second: the steps must resume and finish
+    with the new replicas in sync."""
     move = rng.uniform(6.0, 10.0)
-    return [Part(0.0, "reassign", grow, None, {"how": "grow"}, lane=0),
-            Part(grow, "reassign", move, None, {"how": "move"}, lane=0),
-            Part(grow + move, "reassign", rng.uniform(4.0, 8.0), None, {"how": "shrink"}, lane=0),
+    grow = rng.uniform(6.0, 10.0)
+    return [Part(0.0, "reassign", move, None, {"how": "move"}, lane=0),
+            Part(move, "reassign", grow, None, {"how": "grow"}, lane=0),
+            Part(move + grow, "reassign", rng.uniform(4.0, 8.0), None, {"how": "shrink"}, lane=0),
             Part(rng.uniform(0.5, 2.0), "kill", rng.uniform(4.0, 8.0), "leader", lane=1),
-            Part(grow + rng.uniform(0.5, 2.0), "pause", rng.uniform(3.0, 6.0), "follower",
+            Part(move + rng.uniform(0.5, 2.0), "pause", rng.uniform(3.0, 6.0), "follower",
                  lane=2)]
 
 

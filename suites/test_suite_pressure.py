@@ -93,7 +93,8 @@ def test_fixed_configuration_under_everything_at_once(workload, nemesis):
 @pytest.mark.any_coordination
 @pytest.mark.broker_config(**SAFE, **CHURN)
 def test_fixed_configuration_under_control_plane_transitions(workload, nemesis):
-    run = pressure_run(workload, nemesis, SEED + 3, TRANSITIONS, overlap=2)
+    # One lane: a recipe runs lanes of its own, and two at once would aim at the same leader.
+    run = pressure_run(workload, nemesis, SEED + 3, TRANSITIONS, overlap=1)
     assert_valid(run)
 
 

@@ -177,6 +177,6 @@ def test_control_plane_recipes_aim_later_failures_at_what_the_transition_produce
         steps = one("reassignments-under-failures", seed)
         hows = [s.params["how"] for s in sorted(steps, key=lambda s: s.at_s)
                 if s.fault == "reassign"]
-        assert hows == ["grow", "move", "shrink"]
+        assert hows == ["move", "grow", "shrink"]
         assert {s.fault for s in steps} == {"reassign", "kill", "pause"}
     assert set(recipes.TRANSITIONS) <= set(RECIPES)
