@@ -35,8 +35,8 @@ from faults.targets import Resolver, qualify
 from harness.backends.base import ClusterError, ClusterSpec, is_v2
 from harness.history import (HistoryRecorder, HistoryStats, collect_logs, dump_zookeeper,
                              new_run_id, utc_now_iso, write_run_json)
-from harness.observer import (OBSERVATIONS, MetadataSampler, Observations, await_recovery,
-                              metadata_state, observe_brokers, observe_replicas,
+from harness.observer import (OBSERVATIONS, MetadataSampler, Observations, StateSampler,
+                              await_recovery, metadata_state, observe_brokers, observe_replicas,
                               zookeeper_state)
 from harness.resources import ResourceSampler
 from harness.topics import create_topics, wait_for_leaders
@@ -123,6 +123,7 @@ class Run:
         self.recorder.subscribe(self.stats)
         self.observations = Observations(self.run_dir / OBSERVATIONS, self.recorder.now)
         self.sampler: MetadataSampler | None = None
+        self.state_sampler: StateSampler | None = None
         self.resources: ResourceSampler | None = None
         self.workload: Workload | None = None
         self.nemeses: list[Nemesis] = []
@@ -208,6 +209,9 @@ class Run:
         if self.sampler is None:
             self.sampler = MetadataSampler(self._state(), self.observations).start()
             self.resources = ResourceSampler(self.cluster, self.observations).start()
+            if self.cluster.has_state_window:
+                self.state_sampler = StateSampler(self.cluster, self.observations,
+                                                  lambda: set(self._topics or ())).start()
         rf = len(next(iter(next(iter(placed.values())).values()))) if placed else replication_factor
         self.meta["cluster"]["replication_factor"] = rf
         self._write_meta(outcome="running")
@@ -402,6 +406,10 @@ class Run:
     # -- bookkeeping ---------------------------------------------------------------
 
     def _stop_sampler(self) -> None:
+        if self.state_sampler is not None:
+            self.state_sampler.stop()
+            self.outcome["state_samples"] = {"written": self.state_sampler.samples,
+                                             "failed": self.state_sampler.failures}
         if self.resources is not None:
             self.resources.stop()
             self.outcome["resource_samples"] = self.resources.samples

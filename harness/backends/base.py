@@ -52,6 +52,11 @@ class ClusterError(RuntimeError):
     """Something about a cluster cannot be done; the message says what to do."""
 
 
+# Harness hooks every built-in broker the harness starts gets (a spec's
+# broker_config may still turn them off).
+HARNESS_BROKER_CONFIG = {"chaoslog.state.window.enable": True}
+
+
 @dataclass
 class ClusterSpec:
     """What to bring up. `broker_config` applies to every broker."""
@@ -214,6 +219,14 @@ class Cluster(abc.ABC):
         reads (roles, registrations, recovery). Without it the harness asks
         the brokers through the Kafka protocol (`kafka_metadata`)."""
         return bool(self.zookeeper_connect)
+
+    @property
+    def has_state_window(self) -> bool:
+        """Whether the brokers answer the built-in broker's test-only state
+        window (docs/architecture.md, "State window"): the harness's own
+        clusters of the built-in broker turn it on (HARNESS_BROKER_CONFIG);
+        a system nobody here wrote has none."""
+        return False
 
     @property
     def coordination(self) -> str:

@@ -26,8 +26,8 @@ from cluster.config import BrokerConfig, ConfigError
 from harness import reaper
 from harness import zookeeper as zkh
 from harness.backends.base import (
-    BROKER, PAUSED, RUNNING, STOPPED, ZOOKEEPER, Cluster, ClusterError, ClusterSpec, NodeInfo,
-    broker_id_of,
+    BROKER, HARNESS_BROKER_CONFIG, PAUSED, RUNNING, STOPPED, ZOOKEEPER, Cluster, ClusterError,
+    ClusterSpec, NodeInfo, broker_id_of,
 )
 from harness.backends.links import Link, LinkTable
 from harness.backends.worker import DockerWorker
@@ -51,6 +51,7 @@ BROKER_ENTRY = (
 
 class DockerCluster(Cluster):
     backend = "docker"
+    has_state_window = True   # the built-in broker, with HARNESS_BROKER_CONFIG
 
     def __init__(self, spec: ClusterSpec, persistent: bool = False,
                  base_dir: Path | None = None):
@@ -156,6 +157,7 @@ class DockerCluster(Cluster):
         (d / "logs").mkdir(parents=True, exist_ok=True)
         values = {
             "zookeeper.session.timeout.ms": self.spec.zk_session_timeout_ms,
+            **HARNESS_BROKER_CONFIG,
             **self.spec.broker_config,
             "broker.id": broker_id_of(name), "host.name": "0.0.0.0", "port": BROKER_PORT,
             "advertised.host.name": name, "advertised.port": BROKER_PORT,

@@ -21,8 +21,8 @@ from cluster.config import BrokerConfig, ConfigError
 from harness import reaper
 from harness import zookeeper as zkh
 from harness.backends.base import (
-    BROKER, PAUSED, RUNNING, STOPPED, ZOOKEEPER, Cluster, ClusterError, ClusterSpec, NodeInfo,
-    broker_id_of,
+    BROKER, HARNESS_BROKER_CONFIG, PAUSED, RUNNING, STOPPED, ZOOKEEPER, Cluster, ClusterError,
+    ClusterSpec, NodeInfo, broker_id_of,
 )
 from harness.backends.links import Link, LinkTable
 from harness.backends.process import LocalProcess
@@ -42,6 +42,7 @@ class _Ports:
 
 class LocalCluster(Cluster):
     backend = "local"
+    has_state_window = True   # the built-in broker, with HARNESS_BROKER_CONFIG
     local_workers = True
 
     def __init__(self, spec: ClusterSpec, persistent: bool = False,
@@ -109,6 +110,7 @@ class LocalCluster(Cluster):
                              for l in self.links.from_node(name) if l.dst.startswith("broker-"))
         values = {
             "zookeeper.session.timeout.ms": self.spec.zk_session_timeout_ms,
+            **HARNESS_BROKER_CONFIG,
             **self.spec.broker_config,
             "broker.id": bid, "host.name": "127.0.0.1", "port": port,
             "advertised.host.name": "127.0.0.1", "advertised.port": advertised,

@@ -122,6 +122,7 @@ class TansuCluster(DockerCluster):
     removes every container and the network, also after a failed start."""
 
     system = SYSTEM
+    has_state_window = False   # tansu's brokers have no such window
     keeps_replicas = False
 
     def __init__(self, spec: TansuSpec | None = None, **kwargs: Any):
