@@ -171,7 +171,7 @@ def dead_isr_member(samples: Iterable[dict], grace_s: float, controller: bool) -
 
 def reassignment_unsynced(samples: Iterable[dict], lag_s: float,
                           disturbed: Callable[[int, int], bool]) -> list[dict]:
-    """docs/design.md#partition-reassignment: a reassignment finishes only
+    """docs/design.md#reassignment: a reassignment finishes only
     once every new replica is in the ISR. At the first sample after one
     finished (the pending entry gone, the assignment its targets), every
     live target is still in the ISR: none could have fallen out within a
