@@ -10,7 +10,7 @@ It writes synthetic histories (a workload of producers and consumers over a few
 partitions, nemesis windows, a complete final read, and a handful of injected
 anomalies so that every code path runs), times the Spark checker (session
 start-up excluded, first and second run reported) and the reference checker
-on each, prints a table, and writes bench/results/checker-<date>.json with a
+on each, prints a table, and writes runs/bench/checker-<date>.json with a
 description of the machine. With --baseline FILE (an older copy of
 spark_checker.py) both checkers are timed alternately in the same JVM, each
 with its own spark.sql.* defaults, which is the fair comparison on a shared
@@ -36,6 +36,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.paths import RAW  # noqa: E402
 
 PARQUET_ROWS_PER_PART = 1_000_000
 ROW_GROUP = 131_072
@@ -376,7 +378,7 @@ def main(argv=None) -> int:
                     help="an older copy of spark_checker.py, timed alternately with the current one")
     ap.add_argument("--repeats", type=int, default=2, help="Spark runs per checker (default 2)")
     ap.add_argument("--out", default=None,
-                    help="result file (default bench/results/checker-<date>.json, same-day rows merged)")
+                    help="result file (default runs/bench/checker-<date>.json, same-day rows merged)")
     args = ap.parse_args(argv)
 
     from reports import spark_checker
@@ -412,9 +414,8 @@ def main(argv=None) -> int:
                     shutil.rmtree(run_dir)
     finally:
         spark.stop()
-    res_dir = ROOT / "bench" / "results"
-    res_dir.mkdir(parents=True, exist_ok=True)
-    path = Path(args.out) if args.out else res_dir / f"checker-{dt.date.today().isoformat()}.json"
+    path = Path(args.out) if args.out else RAW / f"checker-{dt.date.today().isoformat()}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     # the same day's other sizes stay; a size measured again replaces its row
     old = []
     if path.exists():

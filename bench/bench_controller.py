@@ -45,7 +45,7 @@ What is real and what is fake:
 
 Times are time.monotonic() (CLOCK_MONOTONIC, comparable across the processes
 of this machine). Every case checks its outcome in ZooKeeper after the clock
-stopped. Writes bench/results/controller-<date>.json (or --out); in it
+stopped. Writes runs/bench/controller-<date>.json (or --out); in it
 event_handler_s is the controller's own "<event> took" log line, which it
 writes only for events over 1 s (null: under 1 s). Logs (the controller
 at INFO, like a broker) go to a temporary file, removed at the end unless
@@ -77,6 +77,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.paths import RAW  # noqa: E402
 from cluster.protocol import control  # noqa: E402
 from cluster.protocol import errors as E  # noqa: E402
 from harness.zookeeper import StandaloneZooKeeper  # noqa: E402
@@ -694,7 +695,7 @@ def main() -> int:
                     help="ZooKeeper forceSync=no (default: fsync, as deployed)")
     ap.add_argument("--keep-logs", action="store_true")
     ap.add_argument("--out", type=Path, default=None,
-                    help="results file (default bench/results/controller-<date>.json)")
+                    help="results file (default runs/bench/controller-<date>.json)")
     a = ap.parse_args()
     cases = sorted({int(c) for c in a.cases.split(",") if c.strip()})
     if not set(cases) <= {1, 2, 3}:
@@ -769,7 +770,7 @@ def main() -> int:
             print(f"   {'controller read phase (its own figure)':41s} {r['controller_read_phase_s']:>9.2f}s")
             print(f"   {'controller failover (its own figure)':41s} {r['controller_failover_s']:>9.2f}s")
             print(f"   {'INIT LeaderAndIsr delivered to 3 brokers':41s} {r['init_delivered_s']:>9.2f}s")
-    out = (a.out or REPO / "bench" / "results" / f"controller-{datetime.date.today()}.json").resolve()
+    out = (a.out or RAW / f"controller-{datetime.date.today()}.json").resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     doc = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "machine": info,
            "date": datetime.datetime.now().isoformat(timespec="seconds"),

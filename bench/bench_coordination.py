@@ -35,7 +35,7 @@ What is real and what is fake:
    the component hands the ReplicaManager the LeaderAndIsr that makes it
    leader.
 
-Writes bench/results/coordination-<date>.json (or --out); progress on stderr.
+Writes runs/bench/coordination-<date>.json (or --out); progress on stderr.
 """
 from __future__ import annotations
 
@@ -59,6 +59,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+from bench.paths import RAW  # noqa: E402
 from bench_controller import (Bench, ControllerLog, FakeBrokers, _die_with_parent,  # noqa: E402
                               machine, make_layout, populate, progress, read_leaders,
                               zookeeper_server)
@@ -414,7 +415,7 @@ def main() -> int:
     ap.add_argument("--modes", default="controller,v2")
     ap.add_argument("--partitions-per-topic", type=int, default=100)
     ap.add_argument("--out", type=Path, default=None,
-                    help="results file (default bench/results/coordination-<date>.json)")
+                    help="results file (default runs/bench/coordination-<date>.json)")
     ap.add_argument("--svg", type=Path, default=None,
                     help="also draw the failover times into this SVG file")
     ap.add_argument("--svg-from", type=Path, default=None, metavar="JSON",
@@ -495,8 +496,7 @@ def main() -> int:
               f"{r['leaders_s']:>8.2f}s {r['writes_until_leaders']:>7,} "
               f"{r['writes_per_s_until_leaders']:>9,.0f} {r['watches']:>8,} "
               f"{(f'{md:.2f}s' if md is not None else '-'):>9s}")
-    out = (a.out or REPO / "bench" / "results" / f"coordination-{datetime.date.today()}.json"
-           ).resolve()
+    out = (a.out or RAW / f"coordination-{datetime.date.today()}.json").resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     doc = {"command": " ".join([Path(sys.executable).name, *sys.argv]), "machine": info,
            "date": datetime.datetime.now().isoformat(timespec="seconds"),

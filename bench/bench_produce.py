@@ -11,7 +11,7 @@ Python asyncio server. Each case runs twice: as fast as possible
 (throughput; its latencies are mostly time queued in the client) and paced
 at --rate messages/s (latency under a moderate load). Latency is per
 message, from produce() to its delivery callback. Prints a table and writes
-bench/results/produce-<date>.json (produce-<date>-quick.json for --quick)
+runs/bench/produce-<date>.json (produce-<date>-quick.json for --quick)
 with the machine description.
 
 The cluster is real, started by the harness's local backend
@@ -37,6 +37,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from bench.paths import RAW  # noqa: E402
 
 
 # -- the sink ---------------------------------------------------------------------------
@@ -264,7 +266,7 @@ def main() -> int:
                   f"{r['p99_ms']!s:>7}")
     # A --quick run does not overwrite the day's full run.
     suffix = "-quick" if args.quick else ""
-    out = REPO / "bench" / "results" / f"produce-{datetime.date.today().isoformat()}{suffix}.json"
+    out = RAW / f"produce-{datetime.date.today().isoformat()}{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"date": datetime.datetime.now().isoformat(timespec="seconds"),
                                "machine": machine(), "partitions": 1, "replication_factor": 3,

@@ -4,7 +4,7 @@ broker is registered in ZooKeeper, on each backend, images already built.
     .venv/bin/python bench/bench_startup.py [--brokers 3] [--rounds 3] [--backends docker,local]
 
 Prints a table (median and max of the rounds) and writes
-bench/results/startup-<date>.json with the machine description. The rounds of
+runs/bench/startup-<date>.json with the machine description. The rounds of
 the backends are interleaved, so both see the same machine load.
 """
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.paths import RAW  # noqa: E402
 from harness.backends import make_cluster  # noqa: E402
 from harness.backends.base import ClusterSpec  # noqa: E402
 
@@ -76,7 +77,8 @@ def main() -> int:
                       "down_median_s": round(statistics.median(downs), 2)}
         print(f"{b:8s} {summary[b]['up_median_s']:>9.1f}s {summary[b]['up_max_s']:>7.1f}s "
               f"{summary[b]['down_median_s']:>11.1f}s")
-    out = REPO / "bench" / "results" / f"startup-{datetime.date.today()}.json"
+    out = RAW / f"startup-{datetime.date.today()}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"command": " ".join(sys.argv), "machine": machine(),
                                "brokers": a.brokers, "zookeepers": a.zookeepers,
                                "rounds": results, "summary": summary}, indent=1))

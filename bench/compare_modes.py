@@ -117,7 +117,7 @@ working tree when a cluster starts), DIR/table.md (the table to read) and
 keeps the run directories under DIR/runs/ (a cell run again leaves its
 earlier one as RUN_DIR.earlier-N) and the deleted-topic clusters' logs and
 ZooKeeper trees under DIR/deleted-topic-MODE/. DIR defaults to
-bench/results/compare-modes-<date> (-b, -c ... when taken). Every cluster
+runs/bench/compare-modes-<date> (-b, -c ... when taken). Every cluster
 it starts is removed at the end, also on failure, Ctrl-C and SIGTERM.
 """
 from __future__ import annotations
@@ -139,6 +139,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.paths import RAW  # noqa: E402
 from cluster import admin, zkpaths  # noqa: E402
 from cluster.deadline import wait_until  # noqa: E402
 from cluster.v2.state_queue import StateChangeQueue  # noqa: E402
@@ -823,7 +824,7 @@ def commit() -> str:
 
 
 def default_out() -> Path:
-    base = REPO / "bench" / "results" / f"compare-modes-{dt.date.today().isoformat()}"
+    base = RAW / f"compare-modes-{dt.date.today().isoformat()}"
     for suffix in ["", *(f"-{c}" for c in "bcdefghij")]:
         if not Path(f"{base}{suffix}").exists():
             return Path(f"{base}{suffix}")
@@ -843,7 +844,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                  epilog="items of --only: " + ", ".join(
                                      i for items in AXES.values() for i in items))
     ap.add_argument("--out", type=Path, help="output directory (default "
-                    "bench/results/compare-modes-DATE)")
+                    "runs/bench/compare-modes-DATE)")
     ap.add_argument("--duration", type=float, default=40.0,
                     help="seconds of workload and faults per run (default 40)")
     ap.add_argument("--seed", type=int, default=7, help="the schedule's seed, the same in "

@@ -14,8 +14,9 @@ it starts, reaps and refuses at once), and then counts what is still there
 of a dead owner: containers and networks with chaoslog's labels, local
 clusters whose processes run, and worker processes of the killed run.
 
-    .venv/bin/python bench/kill_anywhere.py --rounds 20 --backend docker \\
-        --out bench/results/kill-anywhere-DATE.json
+    .venv/bin/python bench/kill_anywhere.py --rounds 20 --backend docker [--out FILE]
+
+The result goes to --out, by default runs/bench/kill-anywhere-DATE.json.
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.paths import RAW  # noqa: E402
 from harness import reaper  # noqa: E402
 from harness.host import state_dir  # noqa: E402
 
@@ -119,7 +121,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--backend", choices=("docker", "local"), default="docker")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--out", type=Path, default=Path("kill-anywhere.json"))
+    p.add_argument("--out", type=Path, default=RAW / f"kill-anywhere-{time.strftime('%Y-%m-%d')}.json")
     a = p.parse_args()
     rng = random.Random(a.seed)
     rounds = []
@@ -133,6 +135,7 @@ def main() -> int:
     result = {"command": " ".join(sys.argv), "machine": f"{platform.node()} {os.cpu_count()} cpus",
               "backend": a.backend, "seed": a.seed, "rounds": rounds, "kills": len(killed),
               "rounds_with_leftovers": sum(1 for r in rounds if r["left"])}
+    a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"{len(killed)} kills in {len(rounds)} rounds; rounds with leftovers: "
           f"{result['rounds_with_leftovers']}", flush=True)

@@ -3,7 +3,7 @@ silent on a correct broker, and do the faults take effect?
 
     .venv/bin/python bench/pressure_runs.py [--runs 20] [--first-seed 100]
         [--test suites/test_suite_pressure.py::test_fixed_configuration_under_everything_at_once]
-        [--out bench/results/pressure-DATE.json]
+        [--out runs/bench/pressure-DATE.json]
 
 Each run is the test with CHAOSLOG_PRESSURE_SEED set to another seed (so
 another schedule of overlapping faults, other role choices), in a pytest
@@ -27,6 +27,10 @@ from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.paths import RAW  # noqa: E402
+
 DEFAULT_TEST = "suites/test_suite_pressure.py::test_fixed_configuration_under_everything_at_once"
 
 
@@ -66,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.runs < 1:
         ap.error("--runs must be at least 1")
     stamp = dt.datetime.now().strftime("%Y-%m-%d-%H%M")
-    out = Path(a.out) if a.out else REPO / "bench" / "results" / f"pressure-{stamp}.json"
+    out = Path(a.out) if a.out else RAW / f"pressure-{stamp}.json"
     runs_dir = out.with_suffix("")
     runs_dir.mkdir(parents=True, exist_ok=True)
     report = {"command": " ".join([".venv/bin/python", "bench/pressure_runs.py",

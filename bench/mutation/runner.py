@@ -2,7 +2,7 @@
 do they catch, and how fast?
 
     .venv/bin/python bench/mutation/runner.py [--target suites|smoke|v2|"pytest args..."]
-        [--only ID ...] [--timeout SECONDS] [--out bench/results/mutation-DATE.json]
+        [--only ID ...] [--timeout SECONDS] [--out runs/bench/mutation-DATE.json]
 
 Each mutant (bench/mutation/mutants.py) is one hand-written bug in cluster/:
 one exact piece of code replaced by a wrong one, the way a real bug breaks one
@@ -43,6 +43,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
+sys.path.insert(1, str(REPO))
+
+from bench.paths import RAW  # noqa: E402
 
 from mutants import MUTANTS, Mutant  # noqa: E402
 from mutants_blind import MUTANTS_BLIND  # noqa: E402
@@ -249,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", default=None, metavar="ID")
     ap.add_argument("--timeout", type=float, default=300.0,
                     help="seconds a mutant may survive before it counts as not caught")
-    ap.add_argument("--out", default=None, help="results JSON (default bench/results/mutation-DATE.json)")
+    ap.add_argument("--out", default=None, help="results JSON (default runs/bench/mutation-DATE.json)")
     ap.add_argument("--skip-baseline", action="store_true", help="do not run the unmutated target first")
     ap.add_argument("--baseline-timeout", type=float, default=3600.0,
                     help="seconds the unmutated target may take (it runs to its end)")
@@ -276,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unknown mutant ids: {sorted(set(a.only) - {m.id for m in chosen})}", file=sys.stderr)
         return 2
     stamp = dt.datetime.now().strftime("%Y-%m-%d-%H%M")
-    out = Path(a.out) if a.out else REPO / "bench" / "results" / f"mutation-{stamp}.json"
+    out = Path(a.out) if a.out else RAW / f"mutation-{stamp}.json"
     logs = out.with_suffix("")
     logs.mkdir(parents=True, exist_ok=True)
     report = {"command": " ".join([".venv/bin/python", "bench/mutation/runner.py", *(argv or sys.argv[1:])]),
