@@ -58,7 +58,7 @@ APT_SOURCES_FALLBACK = Path("/etc/apt/sources.list")
 
 # Python packages the containers need (brokers and workload workers): the
 # project's own dependencies, read from pyproject.toml.
-PROJECT_SOURCES = ("cluster", "harness", "faults", "reports", "pyproject.toml", "README.md")
+PROJECT_SOURCES = ("contracts", "cluster", "harness", "faults", "reports", "pyproject.toml", "README.md")
 
 
 class ImageError(RuntimeError):
