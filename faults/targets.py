@@ -5,9 +5,10 @@ which broker leads changes during a run, and a fault aimed at "the leader" must
 hit whoever leads when the fault starts. Resolution reads the ZooKeeper
 layout (docs/design.md#zk-layout, cluster.zkpaths): /controller, /brokers/ids,
 /brokers/topics/T (assigned replicas) and /brokers/topics/T/P/leaderAndISR;
-on a target without ZooKeeper, the brokers' Metadata answers instead
-(`MetadataRoles`). ZooKeeper's own leader comes from the cluster
-(Cluster.zookeeper_mode).
+on a target without ZooKeeper (a cluster that does not declare
+ZooKeeperAccess, contracts/abilities.py), the brokers' Metadata answers
+instead (`MetadataRoles`, through KafkaMetadata). ZooKeeper's own leader
+comes from the cluster (ZooKeeperAccess.zookeeper_mode).
 
 Target syntax (one string):
   controller                    the broker in /controller
@@ -33,6 +34,7 @@ from typing import Any, Callable
 
 from cluster import zkpaths
 from cluster.server.offsets_topic import GROUP_METADATA_TOPIC, partition_for
+from contracts.abilities import Cluster, KafkaMetadata, ZooKeeperAccess, can
 
 ROLES = ("controller", "leader", "follower", "out-of-isr", "random", "minority", "majority",
          "all", "live", "zk-leader", "zk-follower", "zk-random", "zk-all", "coordinator")
@@ -109,7 +111,7 @@ class Resolver:
     so that purely node-named targets never touch ZooKeeper).
     """
 
-    def __init__(self, cluster: Any, zk: Any | Callable[[], Any], rng: random.Random,
+    def __init__(self, cluster: Cluster, zk: Any | Callable[[], Any], rng: random.Random,
                  default_partition: tuple[str, int] | None = None):
         self.cluster = cluster
         self._zk = zk
@@ -124,7 +126,7 @@ class Resolver:
 
     @property
     def zk(self) -> Any:
-        if callable(self._zk) and not hasattr(self._zk, "get_children"):
+        if callable(self._zk):  # a factory (a kazoo client is not callable)
             self._zk = self._zk()
         return self._zk
 
@@ -143,7 +145,7 @@ class Resolver:
         """Where roles are read: ZooKeeper when the cluster keeps its metadata
         there (the built-in clusters), else the brokers' Metadata answers."""
         if self._roles is None:
-            if getattr(self.cluster, "has_zookeeper", True):
+            if can(self.cluster, ZooKeeperAccess):
                 self._roles = ZooKeeperRoles(lambda: self.zk)
             else:
                 self._roles = MetadataRoles(self.cluster)
@@ -311,9 +313,9 @@ class MetadataRoles:
     """Roles as a Kafka client sees them, for a target without ZooKeeper:
     the brokers' Metadata answer (live brokers, controller, leader, ISR,
     replicas) and FindCoordinator, asked through the cluster
-    (`kafka_metadata`, `group_coordinator` of harness.backends.base.Cluster)."""
+    (`kafka_metadata`, `group_coordinator` of contracts.abilities.KafkaMetadata)."""
 
-    def __init__(self, cluster: Any):
+    def __init__(self, cluster: KafkaMetadata):
         self.cluster = cluster
 
     def _metadata(self, topics: list[str] | None = None) -> Any:

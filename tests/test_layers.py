@@ -1,9 +1,10 @@
 """The product's imports: no cycles, and layers that import one way.
 
-A folder is a layer (docs/architecture.md): `cluster` (the system under
-test) imports none of the others; `faults` may use `cluster`; `harness` may
-use `faults`, `cluster` and `reports`; `reports` reads histories only and
-imports none of them. Imports are read from the source (every `import` and
+A folder is a layer (docs/architecture.md): `contracts` (the abilities a
+cluster declares, the deadline helper) imports nothing of the project, and
+every layer may use it; `cluster` (the system under test) imports no other
+layer; `faults` may use `cluster`; `harness` may use `faults`, `cluster` and
+`reports`; `reports` reads histories only. Imports are read from the source (every `import` and
 `from ... import`, also the ones under `if TYPE_CHECKING:` and inside
 functions: each is a dependency a reader has to follow).
 """
@@ -14,12 +15,13 @@ import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("cluster", "faults", "harness", "reports")
+PACKAGES = ("contracts", "cluster", "faults", "harness", "reports")
 MAY_IMPORT = {
-    "cluster": {"cluster"},
-    "faults": {"faults", "cluster"},
-    "harness": {"harness", "faults", "cluster", "reports"},
-    "reports": {"reports"},
+    "contracts": {"contracts"},
+    "cluster": {"cluster", "contracts"},
+    "faults": {"faults", "cluster", "contracts"},
+    "harness": {"harness", "faults", "cluster", "reports", "contracts"},
+    "reports": {"reports", "contracts"},
 }
 
 
@@ -147,10 +149,14 @@ def test_the_checks_find_a_cycle_and_a_layer_violation(tmp_path):
     (tmp_path / "reports" / "r.py").write_text("def f():\n    import cluster.a\n")
     (tmp_path / "faults").mkdir()
     (tmp_path / "faults" / "__init__.py").write_text("")
-    (tmp_path / "faults" / "f.py").write_text("from cluster.b import Y\n")
-    graph = import_graph(tmp_path, ("cluster", "reports", "faults"))
-    assert cycles(graph) == [["cluster.a", "cluster.b"]]
-    assert layer_violations(graph) == ["reports.r imports cluster.a"]
+    (tmp_path / "faults" / "f.py").write_text("from cluster.b import Y\nimport contracts.c\n")
+    (tmp_path / "contracts").mkdir()
+    (tmp_path / "contracts" / "__init__.py").write_text("")
+    (tmp_path / "contracts" / "c.py").write_text("from faults import f\n")
+    graph = import_graph(tmp_path, ("cluster", "reports", "faults", "contracts"))
+    assert cycles(graph) == [["cluster.a", "cluster.b"], ["contracts.c", "faults.f"]]
+    assert layer_violations(graph) == ["contracts.c imports faults.f",
+                                       "reports.r imports cluster.a"]
     assert private_cluster_uses(graph) == ["faults.f imports cluster.b",
                                            "reports.r imports cluster.a"]
 
@@ -196,3 +202,18 @@ def test_design_anchors_cited_exist():
     missing = sorted(f"#{a} (cited in {', '.join(sorted(cited[a]))})"
                      for a in cited if a not in anchors)
     assert not missing, "anchors cited but not in docs/design.md: " + "; ".join(missing)
+
+
+# -- abilities are declared, not probed -------------------------------------------
+# What a cluster can do is what it declares (contracts/abilities.py): faults
+# never guess it from the attributes a cluster object happens to have.
+
+PROBE = re.compile(r"\b(?:getattr|hasattr)\(\s*[\w.]*cluster\b")
+
+
+def test_faults_never_probe_a_cluster_for_abilities():
+    assert PROBE.search('getattr(self.ctx.cluster, "coordination", "controller")')
+    hits = [f"{f.relative_to(REPO)}:{text.count(chr(10), 0, m.start()) + 1}"
+            for f in sorted((REPO / "faults").rglob("*.py"))
+            for text in [f.read_text()] for m in PROBE.finditer(text)]
+    assert hits == [], "declare the ability in contracts/abilities.py instead: " + ", ".join(hits)

@@ -30,6 +30,7 @@ from typing import Any
 from cluster import admin, zkpaths
 from cluster.deadline import wait_until
 from cluster.v2 import admin as v2admin
+from contracts.abilities import ZooKeeperAccess
 from faults.injectors.base import FaultContext, FaultError, Injector
 
 # How long an operation may take before the step gives up waiting (the
@@ -56,6 +57,7 @@ class _AdminOperation(Injector):
     """`request()` at the start (refused: the step is skipped), then
     `settle()` in a thread until the operation completed; done() when it has.
     Subclasses choose their partition in _resolve."""
+    NEEDS = (ZooKeeperAccess,)
 
     def __init__(self, ctx: FaultContext, target: str | None = None, **params: Any):
         super().__init__(ctx, target, **params)

@@ -7,7 +7,10 @@ Recording lives here rather than in the nemesis so that a fault applied by
 hand (`chaoslog fault`) or from a pytest fixture leaves the same trace as one
 from a schedule.
 
-Undoing everything, whoever did it, is faults/heal.py's job.
+Each injector says which abilities of contracts/abilities.py it needs
+(`NEEDS`); start() refuses a cluster that does not declare them, before
+anything is resolved or recorded. Undoing everything, whoever did it, is
+faults/heal.py's job.
 """
 from __future__ import annotations
 
@@ -16,27 +19,51 @@ import random
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 from cluster.deadline import wait_until
+from contracts.abilities import (NETWORK, Cluster, KafkaMetadata, Need, NodeFiles, NodeNetwork,
+                                 PauseResume, ProcessControl, ProxiedLinks, Recorder,
+                                 ZooKeeperAccess, can, missing)
 from faults.targets import Resolver, Target
 
 
 class FaultError(RuntimeError):
-    """A fault that cannot be applied to this cluster (missing capability,
+    """A fault that cannot be applied to this cluster (missing ability,
     bad parameter); the message says why."""
+
+
+# What a refusal says a fault needs, by need: "{fault} needs {WANTED[need]}".
+WANTED: dict[Need, str] = {
+    ProcessControl: "nodes it can kill, stop and start",
+    PauseResume: "nodes it can pause and resume",
+    NETWORK: "the docker backend (iptables) or a proxied cluster",
+    NodeNetwork: "the docker backend (iptables)",
+    ProxiedLinks: "links through the proxy (a proxied cluster)",
+    ZooKeeperAccess: "a ZooKeeper the harness reads (the built-in broker's layout)",
+    NodeFiles: "the brokers' files on this machine",
+    KafkaMetadata: "brokers that answer Kafka Metadata",
+}
+
+
+def refusal(fault: str, needs: Collection[Need], abilities: Collection[type]) -> str | None:
+    """Why `fault`, which needs `needs`, cannot run on a cluster that
+    declares `abilities`: its first need they do not meet; None if none."""
+    lacking = missing(needs, abilities)
+    return f"{fault} needs {WANTED[lacking[0]]}" if lacking else None
 
 
 @dataclass
 class FaultContext:
-    """What an injector may use. `recorder` is a harness.history.HistoryRecorder
-    (anything with .nemesis(fault, phase, targets, detail)) or None; `observe`
-    writes a line of the run's observations.jsonl (`observe(kind, **fields)`,
-    stamped with the history's clock), None outside a run."""
-    cluster: Any
+    """What an injector may use. `cluster` declares its abilities
+    (contracts/abilities.py); `recorder` is a harness.history.HistoryRecorder
+    or None; `observe` writes a line of the run's observations.jsonl
+    (`observe(kind, **fields)`, stamped with the history's clock), None
+    outside a run."""
+    cluster: Cluster
     resolver: Resolver
     rng: random.Random
-    recorder: Any = None
+    recorder: Recorder | None = None
     log: Callable[[str], None] = field(default=lambda msg: print(msg, file=sys.stderr))
     mechanism: str = "auto"        # partitions: iptables | proxy | auto
     wait_timeout: float = 60.0     # for "broker left/rejoined ZooKeeper" waits
@@ -49,11 +76,15 @@ class FaultContext:
     @property
     def coordination(self) -> str:
         """`controller` or `v2` (docs/design.md#v2): who carries admin
-        operations out, the controller or each partition's leader."""
-        return getattr(self.cluster, "coordination", "controller")
+        operations out, the controller or each partition's leader. A
+        cluster without a ZooKeeper the harness reads has no such mode."""
+        if can(self.cluster, ZooKeeperAccess):
+            return self.cluster.coordination
+        return "controller"
 
     @classmethod
-    def create(cls, cluster: Any, zk: Any, *, seed: int | None, recorder: Any = None,
+    def create(cls, cluster: Cluster, zk: Any, *, seed: int | None,
+               recorder: Recorder | None = None,
                log: Callable[[str], None] = lambda msg: None,
                partition: tuple[str, int] | None = None, mechanism: str = "auto",
                topics: set[str] | None = None,
@@ -71,10 +102,13 @@ class FaultContext:
 
 
 class Injector(abc.ABC):
-    """One fault occurrence. Subclasses implement _start/_stop and may
-    override _resolve and detail()."""
+    """One fault occurrence. Subclasses implement _start/_stop, declare the
+    abilities they use in NEEDS, and may override _resolve and detail()."""
 
     fault: str = "?"
+    # The abilities of contracts/abilities.py this fault uses (each one, or
+    # any of a tuple); start() checks them, so _start and _stop may rely on them.
+    NEEDS: tuple[Need, ...] = ()
 
     def __init__(self, ctx: FaultContext, target: str | None = None, **params: Any):
         self.ctx = ctx
@@ -89,7 +123,11 @@ class Injector(abc.ABC):
     def start(self, admit: Callable[["Injector"], str | None] | None = None) -> None:
         """Resolve the targets and break something. `admit` (a nemesis that
         runs faults side by side) sees the resolved injector first and may
-        refuse it with a reason: a FaultError, nothing recorded."""
+        refuse it with a reason: a FaultError, nothing recorded. So is a
+        cluster that does not declare what NEEDS asks for."""
+        why = refusal(self.fault, self.NEEDS, self.ctx.cluster.abilities)
+        if why:
+            raise FaultError(why)
         with self._lock:
             if self.active:
                 raise FaultError(f"{self.fault} is already active")
@@ -144,7 +182,7 @@ class Injector(abc.ABC):
 
     def _record(self, phase: str) -> None:
         rec = self.ctx.recorder
-        if rec is not None and not getattr(rec, "closed", False):
+        if rec is not None and not rec.closed:
             rec.nemesis(self.fault, phase, self.targets, self.detail() or None)
         self.ctx.log(f"nemesis: {self.fault} {phase} {','.join(self.targets) or '-'}"
                      + (f" ({self.detail()})" if self.detail() else ""))
@@ -155,8 +193,9 @@ class Injector(abc.ABC):
 
 # -- waiting for registrations ----------------------------------------------------
 # A broker is "registered" when the cluster counts it as live: its
-# /brokers/ids/N node in ZooKeeper, or, on a target without ZooKeeper, what
-# the cluster says (Cluster.broker_live: it answers, and Metadata lists it).
+# /brokers/ids/N node in ZooKeeper (ZooKeeperAccess), or, on a target without
+# one, what the cluster says (KafkaMetadata.broker_live: it answers, and
+# Metadata lists it).
 
 def registration(ctx: FaultContext, name: str) -> int | None:
     """The ZooKeeper session that holds the broker's /brokers/ids/N, or None
@@ -179,7 +218,7 @@ def broker_registered(ctx: FaultContext, name: str, not_by: int | None = None) -
 
 
 def _has_zookeeper(ctx: FaultContext) -> bool:
-    return getattr(ctx.cluster, "has_zookeeper", True)
+    return can(ctx.cluster, ZooKeeperAccess)
 
 
 def _broker_id(name: str) -> int:

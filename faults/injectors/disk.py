@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster.log.batch import LOG_OVERHEAD, peek_offset_and_size, set_base_offset
+from contracts.abilities import NodeFiles, ProcessControl
 from faults.injectors.base import FaultError, Injector
 from faults.injectors.process import restart
 
@@ -112,6 +113,7 @@ def label(segment: Path) -> str:
 
 class _DownDisk(Injector):
     """Kill the broker, damage its files, restart it on heal."""
+    NEEDS = (ProcessControl, NodeFiles)
 
     def _resolve(self) -> list[str]:
         names = super()._resolve()

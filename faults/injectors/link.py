@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from contracts.abilities import Link, ProxiedLinks
 from faults.injectors import net
 from faults.injectors.base import FaultContext, FaultError, Injector
 
@@ -25,6 +26,8 @@ TOXICS: dict[str, tuple[str, dict[str, int]]] = {
 
 
 class LinkToxic(Injector):
+    NEEDS = (ProxiedLinks,)
+
     def __init__(self, ctx: FaultContext, target: str | None = None, *, fault: str,
                  stream: str = "both", toxicity: float = 1.0, **attributes: Any):
         if fault not in TOXICS:
@@ -42,11 +45,9 @@ class LinkToxic(Injector):
         self.attributes = attrs
         self.streams = ("upstream", "downstream") if stream == "both" else (stream,)
         self.toxicity = float(toxicity)
-        self.links: list[Any] = []
+        self.links: list[Link] = []
 
     def _resolve(self) -> list[str]:
-        if not net.has_proxy(self.ctx.cluster):
-            raise FaultError(f"{self.fault} needs a proxied cluster (links through the proxy)")
         nodes = self.ctx.resolver.resolve(self.target) if self.target else None
         links = net.cluster_links(self.ctx.cluster)
         self.links = [l for l in links if nodes is None or l.src in nodes or l.dst in nodes]

@@ -1,15 +1,16 @@
 """Two ways to make a grudge real: iptables inside containers, or the proxy.
 
-iptables (docker backend): every node gets chains of its own, CHAOSLOG hooked
+iptables (clusters with NodeNetwork, contracts/abilities.py: the docker
+backend): every node gets chains of its own, CHAOSLOG hooked
 first into INPUT and CHAOSLOG-OUT into OUTPUT; a grudge "b drops a" becomes
 `-s IP(a) -j DROP` in b's CHAOSLOG (or `-d IP(b) -j DROP` in a's CHAOSLOG-OUT
 when b's container may not run iptables). Healing flushes the chains, which
 touches no rule we did not write. Dropped packets time out (like a cut
 cable), they are not refused.
 
-proxy (both backends, proxied clusters): the cluster routes each connection
-that one node opens to another through its own proxy, `links()` lists them as
-(src, dst, proxy_name). For a link src->dst: both sides drop each other ->
+proxy (clusters with ProxiedLinks: proxied ones of any backend): the cluster
+routes each connection that one node opens to another through its own
+proxy, `proxied_links()` lists them as (src, dst, proxy_name). For a link src->dst: both sides drop each other ->
 disable the proxy (connections close, new ones are refused); only dst drops
 src -> a `timeout 0` toxic on the upstream stream (bytes from src to dst are
 held until healed); only src drops dst -> the same on downstream. Links that no
@@ -21,6 +22,7 @@ from __future__ import annotations
 import abc
 from typing import Any, Callable, Iterable
 
+from contracts.abilities import Cluster, Link, NodeNetwork, ProxiedLinks, can
 from faults import grudge as G
 from faults.injectors.base import FaultError
 
@@ -29,41 +31,29 @@ OUT_CHAIN = "CHAOSLOG-OUT"  # hooked into OUTPUT
 TOXIC_PREFIX = "chaoslog-"
 
 
-def has_exec(cluster: Any) -> bool:
+def has_exec(cluster: Cluster) -> bool:
     """Nodes with a network namespace of their own that we can run iptables in."""
-    return (getattr(cluster, "backend", "") == "docker" and callable(getattr(cluster, "exec", None))
-            and callable(getattr(cluster, "node_ip", None)))
+    return can(cluster, NodeNetwork)
 
 
-def cluster_links(cluster: Any) -> list[Any]:
-    """The proxied links (objects with src, dst, proxy_name) of a cluster:
-    `cluster.links()` or a LinkTable at `cluster.links`."""
-    links = getattr(cluster, "links", None)
-    if callable(links):
-        return list(links())
-    if links is not None and isinstance(getattr(links, "links", None), dict):
-        return list(links.links.values())
-    return []
+def cluster_links(cluster: Cluster) -> list[Link]:
+    """The cluster's proxied links; none when it routes nothing through the proxy."""
+    return list(cluster.proxied_links()) if can(cluster, ProxiedLinks) else []
 
 
-def proxy_client(cluster: Any) -> Any:
+def proxy_client(cluster: Cluster) -> Any:
     """A toxiproxy-python client for the cluster's proxy."""
-    pc = getattr(cluster, "proxy_client", None)
-    if callable(pc):
-        return pc()
-    return cluster.links.proxy_client()
+    return cluster.proxy_client()
 
 
-def has_proxy(cluster: Any) -> bool:
-    if not getattr(getattr(cluster, "spec", None), "proxied", True):
-        return False
+def has_proxy(cluster: Cluster) -> bool:
     return bool(cluster_links(cluster))
 
 
 class Net(abc.ABC):
     name = "?"
 
-    def __init__(self, cluster: Any):
+    def __init__(self, cluster: Cluster):
         self.cluster = cluster
 
     @abc.abstractmethod
@@ -73,8 +63,12 @@ class Net(abc.ABC):
     @abc.abstractmethod
     def heal(self) -> list[str]: ...
 
+    def dropped(self) -> int | None:
+        """Packets the cut dropped so far, or None when the mechanism cannot count them."""
+        return None
 
-def choose(cluster: Any, mechanism: str = "auto") -> Net:
+
+def choose(cluster: Cluster, mechanism: str = "auto") -> Net:
     if mechanism == "iptables" or (mechanism == "auto" and has_exec(cluster)):
         if not has_exec(cluster):
             raise FaultError("iptables partitions need the docker backend (cluster.exec)")
@@ -89,7 +83,7 @@ def choose(cluster: Any, mechanism: str = "auto") -> Net:
 
 # -- iptables -----------------------------------------------------------------
 
-def _run(cluster: Any, node: str, script: str) -> tuple[int, str]:
+def _run(cluster: Cluster, node: str, script: str) -> tuple[int, str]:
     code, out = cluster.exec(node, ["sh", "-c", script])
     if isinstance(out, bytes):
         out = out.decode(errors="replace")
@@ -143,7 +137,7 @@ def plan_iptables(grudge: G.Grudge, ips: dict[str, str], capable: Callable[[str]
 class IptablesNet(Net):
     name = "iptables"
 
-    def __init__(self, cluster: Any):
+    def __init__(self, cluster: Cluster):
         super().__init__(cluster)
         self._capable: dict[str, bool] = {}
 
@@ -190,7 +184,7 @@ class IptablesNet(Net):
         return total if rules else None
 
 
-def heal_iptables(cluster: Any) -> list[str]:
+def heal_iptables(cluster: Cluster) -> list[str]:
     if not has_exec(cluster):
         return []
     done = []
@@ -206,7 +200,7 @@ def heal_iptables(cluster: Any) -> list[str]:
 
 # -- proxy --------------------------------------------------------------------
 
-def plan_links(grudge: G.Grudge, links: Iterable[Any]) -> list[tuple[str, str]]:
+def plan_links(grudge: G.Grudge, links: Iterable[Link]) -> list[tuple[str, str]]:
     """(proxy_name, action) for each link the grudge affects; action is
     'disable', 'upstream' or 'downstream' (the stream to hold). Pure."""
     out = []
@@ -223,7 +217,7 @@ def plan_links(grudge: G.Grudge, links: Iterable[Any]) -> list[tuple[str, str]]:
     return out
 
 
-def _proxies(cluster: Any) -> dict[str, Any]:
+def _proxies(cluster: Cluster) -> dict[str, Any]:
     return proxy_client(cluster).proxies()
 
 
@@ -253,7 +247,7 @@ class ProxyNet(Net):
         return heal_proxies(self.cluster)
 
 
-def heal_proxies(cluster: Any) -> list[str]:
+def heal_proxies(cluster: Cluster) -> list[str]:
     if not has_proxy(cluster):
         return []
     done = []

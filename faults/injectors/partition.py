@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from contracts.abilities import NETWORK
 from faults import grudge as G
 from faults.injectors import net
 from faults.injectors.base import FaultContext, FaultError, Injector
@@ -26,6 +27,8 @@ TARGETED = ("isolate", "one-way", "zk", "clients")
 
 
 class Partition(Injector):
+    NEEDS = (NETWORK,)
+
     def __init__(self, ctx: FaultContext, target: str | None = None, *, shape: str,
                  among: str = "all", direction: str = "in", **params: Any):
         if shape not in SHAPES:
@@ -89,7 +92,7 @@ class Partition(Injector):
         if self.mechanism is not None:
             # Evidence that the cut took effect (a planned fault that changed
             # nothing must not count as one that did).
-            dropped = getattr(self.mechanism, "dropped", lambda: None)()
+            dropped = self.mechanism.dropped()
             if dropped is not None:
                 self.notes.append(f"dropped {dropped} packets")
             self.mechanism.heal()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from contracts.abilities import PauseResume, ProcessControl
 from faults.injectors.base import (FaultContext, FaultError, Injector, is_broker,
                                    registration, wait_registered, wait_unregistered)
 
@@ -52,6 +53,7 @@ def session_expired(ctx: FaultContext, name: str) -> bool:
 
 class Kill(Injector):
     fault = "kill"
+    NEEDS = (ProcessControl,)
 
     def _start(self) -> None:
         for n in self.targets:
@@ -66,6 +68,7 @@ class Kill(Injector):
 class Stop(Injector):
     """SIGTERM: a controlled shutdown. Heal starts the node again."""
     fault = "stop"
+    NEEDS = (ProcessControl,)
 
     def _start(self) -> None:
         for n in self.targets:
@@ -79,6 +82,7 @@ class Stop(Injector):
 
 class Pause(Injector):
     fault = "pause"
+    NEEDS = (PauseResume,)
 
     def _start(self) -> None:
         for n in self.targets:
@@ -97,6 +101,7 @@ class Bounce(Injector):
     registered again. The role is re-resolved every round (the leader moves
     after each bounce). Runs in its own thread between start and stop; stop
     cancels the remaining rounds and brings every node back."""
+    NEEDS = (ProcessControl,)
 
     def __init__(self, ctx: FaultContext, target: str | None = None, *, hard: bool = True,
                  times: int = 3, down_s: float = 0.0, **params: Any):

@@ -9,24 +9,26 @@ and ZooKeeper 3.8). Healing
 waits until the broker has registered again with a new session.
 
 Pausing or killing ensemble members needs nothing special: zk-pause and
-zk-kill are the process injectors aimed at zk-* targets (see the catalogue).
+zk-kill are the process injectors aimed at zk-* targets (their roles, such as
+zk-leader, are read through the cluster's ZooKeeperAccess).
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
+from contracts.abilities import NodeFiles, ZooKeeperAccess
 from faults.injectors.base import FaultError, Injector, is_broker, wait_registered
+from faults.injectors.process import Kill, Pause
 
 SESSION_FILE = "zk-session.json"
 
 
-def session_file(cluster: Any, name: str) -> Path:
+def session_file(cluster: NodeFiles, name: str) -> Path:
     return cluster.log_dir(name) / SESSION_FILE
 
 
-def read_session(cluster: Any, name: str) -> tuple[int, bytes]:
+def read_session(cluster: NodeFiles, name: str) -> tuple[int, bytes]:
     path = session_file(cluster, name)
     try:
         d = json.loads(path.read_text())
@@ -52,6 +54,7 @@ def expire_session(hosts: str, session_id: int, password: bytes, timeout: float 
 
 class ExpireSession(Injector):
     fault = "zk-expire"
+    NEEDS = (ZooKeeperAccess, NodeFiles)
 
     def _resolve(self) -> list[str]:
         names = super()._resolve()
@@ -71,3 +74,15 @@ class ExpireSession(Injector):
         late = [n for n in self.targets if not wait_registered(self.ctx, n)]
         if late:
             self.notes.append(f"not registered again: {','.join(late)}")
+
+
+class PauseMember(Pause):
+    """zk-pause: freeze a ZooKeeper member (or the single server)."""
+    fault = "zk-pause"
+    NEEDS = (*Pause.NEEDS, ZooKeeperAccess)
+
+
+class KillMember(Kill):
+    """zk-kill: SIGKILL a ZooKeeper member, restart it on heal."""
+    fault = "zk-kill"
+    NEEDS = (*Kill.NEEDS, ZooKeeperAccess)

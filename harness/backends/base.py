@@ -6,16 +6,20 @@ brokers. Nodes are named `zk-1`.. and `broker-1`..; broker `broker-N` has
 broker.id N. The harness knows a broker only as "a process with a config
 file, listening on a port, registering in ZooKeeper": it never reaches into
 broker internals. A target without a ZooKeeper the harness reads is known
-through the Kafka protocol alone (`kafka_metadata`, `broker_live`), and says
-which faults it cannot run (`refuses`).
+through the Kafka protocol alone (`kafka_metadata`, `broker_live`).
+
+Each backend declares in ABILITIES which protocols of contracts/abilities.py
+it implements; the fault injectors' NEEDS are checked against them, and
+`refuses` says which faults it cannot run, from that declaration.
 """
 from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, ClassVar, TypeVar
 
+from contracts.abilities import ProxiedLinks, ZooKeeperAccess
 from harness.zk_probe import zk_mode
 
 BROKER = "broker"
@@ -139,6 +143,9 @@ class Cluster(abc.ABC):
     # Whether the brokers keep replicas of their own (a replication factor
     # above 1 means something); tansu's brokers share one storage instead.
     keeps_replicas: bool = True
+    # What the backend implements of contracts/abilities.py (ProxiedLinks:
+    # when started with proxied links).
+    ABILITIES: ClassVar[frozenset[type]] = frozenset()
 
     def __init__(self, spec: ClusterSpec):
         spec.validate()
@@ -214,11 +221,19 @@ class Cluster(abc.ABC):
         """Connect string usable from this machine (the harness, admin tools)."""
 
     @property
+    def abilities(self) -> frozenset[type]:
+        """What this cluster implements of contracts/abilities.py: its
+        backend's ABILITIES, the proxied links only when it was started with them."""
+        if self.spec.proxied:
+            return self.ABILITIES
+        return self.ABILITIES - {ProxiedLinks}
+
+    @property
     def has_zookeeper(self) -> bool:
         """Whether this cluster keeps its metadata in a ZooKeeper the harness
         reads (roles, registrations, recovery). Without it the harness asks
         the brokers through the Kafka protocol (`kafka_metadata`)."""
-        return bool(self.zookeeper_connect)
+        return ZooKeeperAccess in self.abilities
 
     @property
     def has_state_window(self) -> bool:
@@ -235,10 +250,17 @@ class Cluster(abc.ABC):
         return "v2" if is_v2(self.spec.broker_config) else "controller"
 
     def refuses(self, fault: str, target: str | None = None) -> str | None:
-        """Why `fault` of the catalogue, aimed at `target`, cannot run against
-        this cluster, or None. A run refuses such a fault before it starts;
-        it never skips it. The built-in clusters can run every fault, except
-        in V2 coordination (`v2_refusal`)."""
+        """Why `fault` of the catalogue (or a recipe: the faults it is made
+        of), aimed at `target`, cannot run against this cluster, or None. A
+        run refuses such a fault before it starts; it never skips it. A
+        fault is refused when its injector needs an ability this cluster
+        does not declare; in V2 coordination also by `v2_refusal`."""
+        from faults.injectors import why_not
+        from faults.recipes import faults_of
+        for f in sorted(faults_of([fault])):
+            why = why_not(f, self.abilities)
+            if why:
+                return why
         if is_v2(self.spec.broker_config):
             return v2_refusal(fault, target)
         return None

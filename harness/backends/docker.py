@@ -23,13 +23,15 @@ import uuid
 from pathlib import Path
 
 from cluster.config import BrokerConfig, ConfigError
+from contracts.abilities import (KafkaMetadata, NodeFiles, NodeNetwork, PauseResume,
+                                 ProcessControl, ProxiedLinks, ZooKeeperAccess)
 from harness import reaper
 from harness import zookeeper as zkh
 from harness.backends.base import (
     BROKER, HARNESS_BROKER_CONFIG, PAUSED, RUNNING, STOPPED, ZOOKEEPER, Cluster, ClusterError,
     ClusterSpec, NodeInfo, broker_id_of,
 )
-from harness.backends.links import Link, LinkTable
+from harness.backends.links import Link, LinkTable, ProxiedLinkTable
 from harness.backends.worker import DockerWorker
 from harness.docker_engine import docker_client
 from harness.host import state_dir
@@ -49,8 +51,10 @@ BROKER_ENTRY = (
 )
 
 
-class DockerCluster(Cluster):
+class DockerCluster(Cluster, ProxiedLinkTable):
     backend = "docker"
+    ABILITIES = frozenset({ProcessControl, PauseResume, NodeNetwork, ProxiedLinks,
+                           ZooKeeperAccess, NodeFiles, KafkaMetadata})
     has_state_window = True   # the built-in broker, with HARNESS_BROKER_CONFIG
 
     def __init__(self, spec: ClusterSpec, persistent: bool = False,

@@ -43,33 +43,40 @@ from pathlib import Path
 from typing import Any
 
 from cluster.deadline import wait_until
+from contracts.abilities import (NETWORK, KafkaMetadata, NodeFiles, PauseResume,
+                                 ProcessControl, ProxiedLinks, ZooKeeperAccess)
 from harness.backends.base import (BROKER, PAUSED, RUNNING, STOPPED, Cluster, ClusterError,
                                    ClusterSpec, NodeInfo, ask_first, broker_id_of)
-from harness.backends.links import Link, LinkTable
+from harness.backends.links import Link, LinkTable, ProxiedLinkTable
 from harness.backends.process import LocalProcess
 from harness.backends.worker import LocalWorker
 
 SYSTEM = "external"
 # What a command file may say, and what each process fault needs of it.
 ACTIONS = ("kill", "stop", "start", "pause", "resume", "logs")
-NEEDS = {"kill": ("kill", "start"), "stop": ("stop", "start"), "pause": ("pause", "resume"),
-         "hard-bounce": ("kill", "start"), "clean-bounce": ("stop", "start")}
+COMMANDS_NEEDED = {"kill": ("kill", "start"), "stop": ("stop", "start"),
+                   "pause": ("pause", "resume"), "hard-bounce": ("kill", "start"),
+                   "clean-bounce": ("stop", "start")}
 PLACEHOLDERS = ("node", "id", "host", "port")
 COMMAND_TIMEOUT_S = 120.0
 METADATA_TIMEOUT_S = 10.0
 REGISTER_TIMEOUT_S = 90.0
 
-REFUSED_FAMILIES = {
-    "zookeeper": "the harness reaches no ZooKeeper of an external cluster",
-    "disk": "the harness cannot reach the brokers' log files",
-    "partition": ("the harness cannot cut the links between nodes it did not start (no "
-                  "iptables in their namespace, no proxy between them)"),
-    "link": ("the command file has no [proxy.broker-N] tables, so the clients' links do not "
-             "go through the harness's proxy"),
-    "admin": ("the injectors act through the built-in cluster's ZooKeeper layout "
-              "(faults/injectors/admin.py)"),
+# Why this target lacks the abilities (contracts/abilities.py) some faults
+# need: a fault whose injector needs one of them is refused with its reason.
+LACKS = {
+    ZooKeeperAccess: "the harness reaches no ZooKeeper of an external cluster",
+    NodeFiles: "the harness cannot reach the brokers' log files",
+    NETWORK: ("the harness cannot cut the links between nodes it did not start (no "
+              "iptables in their namespace, no proxy between them)"),
+    ProxiedLinks: ("the command file has no [proxy.broker-N] tables, so the clients' links do "
+                   "not go through the harness's proxy"),
 }
-# With the proxy on the clients' links: the faults that act on those links.
+# Admin operations need ZooKeeper for a closer reason than reaching it.
+ADMIN_REFUSAL = ("the injectors act through the built-in cluster's ZooKeeper layout "
+                 "(faults/injectors/admin.py)")
+# The faults that act on the clients' links, the only ones its proxy carries:
+# partition-clients needs that proxy, the other partitions links between nodes.
 ON_CLIENT_LINKS = ("partition-clients", "latency", "bandwidth", "slicer", "reset-peer",
                    "link-timeout")
 ZOOKEEPER_ROLES = ("zk-leader", "zk-follower", "zk-random", "zk-all")
@@ -210,7 +217,7 @@ def discover(bootstrap: str, timeout: float = METADATA_TIMEOUT_S) -> dict[int, t
                      hint=": is the cluster up, and are these its client addresses?")
 
 
-class ExternalCluster(Cluster):
+class ExternalCluster(Cluster, ProxiedLinkTable):
     """A cluster reached through its bootstrap addresses, acted on through
     the command file. Node states are what the harness's own commands made
     them (a broker the user's deployment restarts by itself is not seen)."""
@@ -218,6 +225,9 @@ class ExternalCluster(Cluster):
     backend = "external"
     system = SYSTEM
     local_workers = True
+    # Through the command file and Kafka clients only; the proxy (with
+    # [proxy.broker-N] tables) carries the clients' links alone.
+    ABILITIES = frozenset({ProcessControl, PauseResume, ProxiedLinks, KafkaMetadata})
 
     def __init__(self, spec: ExternalSpec):
         if not spec.broker_ids:
@@ -239,14 +249,22 @@ class ExternalCluster(Cluster):
 
     # --- what this target can do ---------------------------------------
     def refuses(self, fault: str, target: str | None = None) -> str | None:
-        from faults.injectors import kind
+        """Why `fault` aimed at `target` cannot run here, or None: what its
+        injector needs that this cluster lacks (ABILITIES), then what the
+        command file lacks, then a ZooKeeper target."""
+        from faults.injectors import kind, lacking
         family = kind(fault).family
+        lacks = lacking(fault, self.abilities)
         if fault in ON_CLIENT_LINKS:
-            why = None if self.spec.proxies else REFUSED_FAMILIES["link"]
+            why = None if ProxiedLinks in self.abilities else LACKS[ProxiedLinks]
+        elif family == "partition":   # between nodes: the proxy never is
+            why = LACKS[NETWORK]
+        elif lacks:
+            why = ADMIN_REFUSAL if family == "admin" else LACKS[lacks[0]]
         else:
-            why = REFUSED_FAMILIES.get(family)
-        if why is None and fault in NEEDS:
-            missing = sorted({a for a in NEEDS[fault]
+            why = None
+        if why is None and fault in COMMANDS_NEEDED:
+            missing = sorted({a for a in COMMANDS_NEEDED[fault]
                               for n in self.spec.node_names() if not self._template(n, a)})
             if missing:
                 why = (f"the command file has no {' or '.join(missing)} command "

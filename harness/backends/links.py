@@ -100,3 +100,15 @@ class LinkTable:
         for l in d.get("links", []):
             t.add(Link(**l))
         return t
+
+
+class ProxiedLinkTable:
+    """contracts.abilities.ProxiedLinks for a cluster whose links are the
+    LinkTable `self.links` (the docker, local and external backends)."""
+    links: LinkTable
+
+    def proxied_links(self) -> list[Link]:
+        return list(self.links.links.values())
+
+    def proxy_client(self):
+        return self.links.proxy_client()

@@ -18,13 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cluster.config import BrokerConfig, ConfigError
+from contracts.abilities import (KafkaMetadata, NodeFiles, PauseResume, ProcessControl,
+                                 ProxiedLinks, ZooKeeperAccess)
 from harness import reaper
 from harness import zookeeper as zkh
 from harness.backends.base import (
     BROKER, HARNESS_BROKER_CONFIG, PAUSED, RUNNING, STOPPED, ZOOKEEPER, Cluster, ClusterError,
     ClusterSpec, NodeInfo, broker_id_of,
 )
-from harness.backends.links import Link, LinkTable
+from harness.backends.links import Link, LinkTable, ProxiedLinkTable
 from harness.backends.process import LocalProcess
 from harness.backends.worker import LocalWorker
 from harness.host import free_port, state_dir
@@ -40,8 +42,11 @@ class _Ports:
     proxy_api: int | None
 
 
-class LocalCluster(Cluster):
+class LocalCluster(Cluster, ProxiedLinkTable):
     backend = "local"
+    # No NodeNetwork: the nodes share this machine's network namespace.
+    ABILITIES = frozenset({ProcessControl, PauseResume, ProxiedLinks, ZooKeeperAccess,
+                           NodeFiles, KafkaMetadata})
     has_state_window = True   # the built-in broker, with HARNESS_BROKER_CONFIG
     local_workers = True
 

@@ -35,6 +35,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from contracts.abilities import (KafkaMetadata, NodeFiles, NodeNetwork, PauseResume,
+                                 ProcessControl, ProxiedLinks, ZooKeeperAccess)
 from harness.backends.base import (BROKER, PAUSED, RUNNING, STOPPED, ClusterError, ClusterSpec,
                                    NodeInfo, broker_id_of)
 from harness.backends.docker import DockerCluster
@@ -49,15 +51,18 @@ CLUSTER_ID = "chaoslog"
 START_TIMEOUT = 90.0
 PG_ISREADY = "$(ls -d /usr/lib/postgresql/*/bin | tail -n 1)/pg_isready -q -h 127.0.0.1 -U postgres"
 
-# What this target refuses, by fault family or fault name, and why.
-REFUSED_FAMILIES = {
-    "zookeeper": "tansu has no ZooKeeper",
-    "disk": "tansu nodes keep no replica files: every record is a row in PostgreSQL",
-    "admin": ("tansu 0.6.0 has no replica placement to act on (every node serves every "
-              "partition from PostgreSQL): no preferred election, move or reassignment"),
-    "link": "the tansu target does not route its links through the proxy (no proxied cluster)",
+# Why tansu lacks the abilities (contracts/abilities.py) some faults need:
+# a fault whose injector needs one of them is refused with its reason.
+LACKS = {
+    ZooKeeperAccess: "tansu has no ZooKeeper",
+    NodeFiles: "tansu nodes keep no replica files: every record is a row in PostgreSQL",
+    ProxiedLinks: "the tansu target does not route its links through the proxy (no proxied cluster)",
 }
+NO_PLACEMENT = ("tansu 0.6.0 has no replica placement to act on (every node serves every "
+                "partition from PostgreSQL): no preferred election, move or reassignment")
+# Faults refused for what its abilities do not say, or with a closer reason.
 REFUSED_FAULTS = {
+    "elect-preferred": NO_PLACEMENT, "move-leader": NO_PLACEMENT, "reassign": NO_PLACEMENT,
     "partition-zk": "tansu has no ZooKeeper",
     "add-partitions": ("the injector adds the partition in ZooKeeper and waits for its leader "
                        "there (faults/injectors/admin.py, cluster.admin)"),
@@ -79,8 +84,11 @@ def refusal(fault: str, target: str | None = None) -> str | None:
     name) cannot run against tansu, or None if it can. The message names the
     target system and the fault: a run must refuse such a fault before it
     starts, never skip it. An unknown fault is the catalogue's FaultError."""
-    from faults.injectors import kind
-    why = REFUSED_FAULTS.get(fault) or REFUSED_FAMILIES.get(kind(fault).family)
+    from faults.injectors import lacking, why_not
+    lacks = lacking(fault, TansuCluster.ABILITIES)
+    why = REFUSED_FAULTS.get(fault)
+    if why is None and lacks:
+        why = LACKS.get(lacks[0]) or why_not(fault, TansuCluster.ABILITIES)
     role = (target or "").partition(":")[0]
     if why is None and role in METADATA_ROLES:
         why = (f"target {target!r}: tansu's Metadata names node 111, the node asked, for "
@@ -124,6 +132,8 @@ class TansuCluster(DockerCluster):
     system = SYSTEM
     has_state_window = False   # tansu's brokers have no such window
     keeps_replicas = False
+    # The docker backend's node plumbing; no ZooKeeper, no replica files, no proxy.
+    ABILITIES = frozenset({ProcessControl, PauseResume, NodeNetwork, KafkaMetadata})
 
     def __init__(self, spec: TansuSpec | None = None, **kwargs: Any):
         super().__init__(spec or TansuSpec(name="tansu"), **kwargs)

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from cluster import zkpaths
+from contracts.abilities import NodeFiles, PauseResume, ProcessControl, ZooKeeperAccess
 from faults import injectors
 from faults.injectors.base import FaultContext, FaultError
 from faults.nemesis import Nemesis, Schedule, Step, make_schedule, parse_weights
@@ -41,6 +42,8 @@ class FakeZK:
 
 class FakeCluster:
     backend = "fake"
+    abilities = frozenset({ProcessControl, PauseResume, ZooKeeperAccess, NodeFiles})
+    coordination = "controller"
 
     def __init__(self, zk, brokers=3, zookeepers=1):
         self.spec = SimpleNamespace(node_names=lambda: [f"zk-{i}" for i in range(1, zookeepers + 1)]
@@ -311,11 +314,44 @@ def test_injector_that_fails_midway_heals_and_records_stop(tmp_path):
 
 
 def test_unsupported_settings_are_named():
-    assert injectors.unsupported("latency", backend="local", proxied=False, zookeepers=1)
-    assert injectors.unsupported("partition-halves", backend="local", proxied=False, zookeepers=1)
+    assert (injectors.unsupported("latency", backend="local", proxied=False, zookeepers=1)
+            == "latency needs links through the proxy (a proxied cluster)")
+    assert (injectors.unsupported("partition-halves", backend="local", proxied=False, zookeepers=1)
+            == "partition-halves needs the docker backend (iptables) or a proxied cluster")
     assert injectors.unsupported("partition-halves", backend="docker", proxied=False, zookeepers=1) is None
     assert injectors.unsupported("partition-clients", backend="local", proxied=True, zookeepers=1) is None
     assert injectors.unsupported("kill", backend="local", proxied=False, zookeepers=1) is None
+
+
+def test_a_fault_the_cluster_does_not_declare_is_refused_before_anything(tmp_path):
+    """The fake declares no network ability (contracts/abilities.py): a
+    partition or a link fault is refused from the declarations alone, with
+    nothing resolved, recorded or broken; what it declares still runs."""
+    with HistoryRecorder(tmp_path / "h.jsonl") as rec:
+        ctx = context(recorder=rec)
+        for fault, message in [
+                ("partition-halves", "partition-halves needs the docker backend (iptables) or a "
+                                     "proxied cluster"),
+                ("latency", "latency needs links through the proxy (a proxied cluster)")]:
+            with pytest.raises(FaultError) as e:
+                injectors.make(fault, ctx).start()
+            assert str(e.value) == message
+        ctx.cluster.abilities = ctx.cluster.abilities - {PauseResume}
+        with pytest.raises(FaultError, match="pause needs nodes it can pause and resume"):
+            injectors.make("pause", ctx, "broker-1").start()
+        injectors.make("kill", ctx, "broker-1").start()
+    assert ctx.cluster.calls == [("kill", "broker-1")]
+    assert [(e["fault"], e["phase"]) for e in read_history(tmp_path / "h.jsonl")] == [
+        ("kill", "start")]
+
+
+def test_heal_all_repairs_only_with_what_the_cluster_declares():
+    from faults.heal import heal_all
+    cluster = FakeCluster(FakeZK(zk_state()))
+    cluster.abilities = frozenset({PauseResume})
+    cluster.state.update({"broker-1": "paused", "broker-2": "stopped"})
+    assert heal_all(cluster) == ["resumed broker-1"]
+    assert cluster.calls == [("resume", "broker-1")]
 
 
 # -- overlapping lanes -------------------------------------------------------------------

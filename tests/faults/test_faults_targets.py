@@ -8,6 +8,7 @@ import pytest
 
 from cluster import zkpaths
 from cluster.server.offsets_topic import GROUP_METADATA_TOPIC
+from contracts.abilities import KafkaMetadata, ZooKeeperAccess
 from faults.targets import Resolver, Target, TargetError
 
 OFFSETS = GROUP_METADATA_TOPIC
@@ -35,7 +36,7 @@ def resolver(partitions: int = 10, leaders: dict[int, int] | None = None) -> Res
         leader = (leaders or {}).get(p, p % 3 + 1)
         data[zkpaths.leader_and_isr_path(OFFSETS, p)] = zkpaths.LeaderAndIsr(
             leader, 1, (1, 2, 3), 1).encode()
-    cluster = SimpleNamespace(spec=SimpleNamespace(
+    cluster = SimpleNamespace(abilities=frozenset({ZooKeeperAccess}), spec=SimpleNamespace(
         node_names=lambda: ["zk-1", "broker-1", "broker-2", "broker-3"]))
     return Resolver(cluster, FakeZK(data), random.Random(0))
 
@@ -84,7 +85,7 @@ def metadata_cluster(leader: int, isr: list[int], controller: int | None = 2):
                          partitions={("t", 0): SimpleNamespace(leader=leader, isr=isr,
                                                                replicas=[1, 2, 3], error=0)})
     return SimpleNamespace(
-        has_zookeeper=False, kafka_metadata=lambda topics=None: md,
+        abilities=frozenset({KafkaMetadata}), kafka_metadata=lambda topics=None: md,
         group_coordinator=lambda group: 3,
         spec=SimpleNamespace(node_names=lambda: ["broker-1", "broker-2", "broker-3"]))
 

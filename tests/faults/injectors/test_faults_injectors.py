@@ -12,6 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from contracts.abilities import (KafkaMetadata, NodeFiles, PauseResume, ProcessControl,
+                                 ProxiedLinks, ZooKeeperAccess)
 from faults import grudge as G
 from faults.injectors import disk, net
 from faults.injectors.base import FaultContext, FaultError
@@ -23,6 +25,20 @@ from reports.observations import _injector_says
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "cluster" / "log"))
 from log_support import make_batch  # noqa: E402
+
+
+# -- what each fault needs (contracts/abilities.py) ------------------------------------
+
+def test_every_fault_declares_its_needs_and_each_need_has_a_refusal():
+    from faults.injectors import CATALOGUE, kind
+    from faults.injectors.base import WANTED
+    assert [k.name for k in CATALOGUE.values() if not k.injector.NEEDS] == []
+    assert [k.name for k in CATALOGUE.values() if not all(n in WANTED for n in k.injector.NEEDS)] == []
+    assert kind("zk-pause").injector.NEEDS == (PauseResume, ZooKeeperAccess)
+    assert kind("lose-unfsynced").injector.NEEDS == (ProcessControl, NodeFiles)
+    # a run's words for the network needs (`chaoslog run` sets up the proxy by them)
+    assert (kind("partition-zk").needs, kind("latency").needs, kind("kill").needs) == (
+        ("net",), ("proxy",), ())
 
 
 # -- iptables plans ------------------------------------------------------------------
@@ -111,8 +127,10 @@ def test_flip_bits_and_cut_tail(tmp_path):
 
 
 class DiskCluster:
-    """Just enough of a Cluster for the disk injectors."""
+    """Just enough of a Cluster for the disk injectors (no ZooKeeper: a
+    broker counts as registered while it runs)."""
     backend = "fake"
+    abilities = frozenset({ProcessControl, NodeFiles, KafkaMetadata})
 
     def __init__(self, base):
         self.base = base
@@ -131,6 +149,9 @@ class DiskCluster:
     def start_node(self, name):
         self.state[name] = "running"
 
+    def broker_live(self, name):
+        return self.state[name] == "running"
+
 
 def test_lose_unfsynced_injector(tmp_path):
     logs = tmp_path / "broker-1" / "logs"
@@ -142,7 +163,6 @@ def test_lose_unfsynced_injector(tmp_path):
     c = DiskCluster(tmp_path)
     ctx = FaultContext(c, Resolver(c, None, random.Random(0)), random.Random(0), log=lambda m: None)
     inj = disk.LoseUnfsynced(ctx, "broker-1")
-    # heal waits for registration; this fake has no ZooKeeper
     inj.ctx.wait_timeout = 0.0
     inj.start()
     assert c.state["broker-1"] == "stopped"
@@ -290,6 +310,7 @@ def echo():
 class ProxiedCluster:
     """Nodes a, b plus one link a->b through the proxy, with a fake registry."""
     backend = "local"
+    abilities = frozenset({ProxiedLinks})
 
     def __init__(self, api_port, upstream_port):
         from toxiproxy import Toxiproxy
@@ -301,7 +322,7 @@ class ProxiedCluster:
         self.spec = SimpleNamespace(node_names=lambda: ["broker-1", "broker-2"], proxied=True)
         self._links = [L("broker-1", "broker-2")]
 
-    def links(self):
+    def proxied_links(self):
         return self._links
 
     def proxy_client(self):
@@ -375,7 +396,8 @@ def test_recreate_topic_is_refused_outside_a_run_and_beside_a_consumer_group():
     consumer group's committed offsets would outlive the deleted topic: the
     step is refused before anything is touched (no ZooKeeper here)."""
     from faults.injectors.admin import RecreateTopic
-    ctx = FaultContext(None, Resolver(None, None, random.Random(0)), random.Random(0))
+    cluster = SimpleNamespace(abilities=frozenset({ZooKeeperAccess}))
+    ctx = FaultContext(cluster, Resolver(cluster, None, random.Random(0)), random.Random(0))
     with pytest.raises(FaultError, match="needs a chaos run"):
         RecreateTopic(ctx).start()
     ctx.observe = lambda kind, **fields: None

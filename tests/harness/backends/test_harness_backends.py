@@ -161,6 +161,52 @@ def test_proxied_links_cut_a_broker_off_zookeeper(cluster_factory, backend):
     assert registered_brokers(c.zookeeper_connect) == {1, 2, 3}
 
 
+def _members(protocol: type) -> set[str]:
+    """The methods and attributes a protocol of contracts/abilities.py asks for."""
+    return ({n for n in vars(protocol) if not n.startswith("_")}
+            | set(vars(protocol).get("__annotations__", {})))
+
+
+def test_each_backend_has_what_it_declares():
+    """ABILITIES are what the injectors rely on (their NEEDS): every ability
+    a backend declares has each method of its protocol there."""
+    from contracts.abilities import ABILITIES, NodeNetwork, ZooKeeperAccess
+    from harness.backends.docker import DockerCluster
+    from harness.backends.external import ExternalCluster
+    from harness.backends.local import LocalCluster
+    from harness.backends.tansu import TansuCluster
+    for cls in (DockerCluster, LocalCluster, TansuCluster, ExternalCluster):
+        assert cls.ABILITIES and cls.ABILITIES <= set(ABILITIES), cls.__name__
+        for ability in cls.ABILITIES:
+            absent = sorted(m for m in _members(ability) if not hasattr(cls, m))
+            assert absent == [], f"{cls.__name__} declares {ability.__name__} without {absent}"
+    assert NodeNetwork in DockerCluster.ABILITIES and NodeNetwork not in LocalCluster.ABILITIES
+    assert ZooKeeperAccess not in TansuCluster.ABILITIES | ExternalCluster.ABILITIES
+
+
+def test_a_cluster_refuses_what_it_does_not_declare(tmp_path):
+    """The local backend has no iptables (no NodeNetwork) and proxied links
+    only when started with them: without, partitions and link faults are
+    refused before a run starts (a recipe by its faults), with the words
+    `chaoslog run` uses."""
+    from contracts.abilities import ProxiedLinks
+    from harness.backends.local import LocalCluster
+    plain = LocalCluster(ClusterSpec(name="plain", brokers=3), base_dir=tmp_path / "plain")
+    proxied = LocalCluster(ClusterSpec(name="proxied", brokers=3, proxied=True),
+                           base_dir=tmp_path / "proxied")
+    assert ProxiedLinks not in plain.abilities and ProxiedLinks in proxied.abilities
+    assert plain.has_zookeeper and proxied.has_zookeeper
+    assert plain.refuses("partition-halves") == ("partition-halves needs the docker backend "
+                                                 "(iptables) or a proxied cluster")
+    assert plain.refuses("latency", "leader") == ("latency needs links through the proxy "
+                                                  "(a proxied cluster)")
+    assert "partition-isolate needs" in plain.refuses("isr-shrink-then-leader-loss")
+    assert [f for f in ("kill", "pause", "zk-expire", "truncate-tail", "reassign")
+            if plain.refuses(f, "leader")] == []
+    assert [f for f in ("partition-halves", "latency", "isr-shrink-then-leader-loss")
+            if proxied.refuses(f)] == []
+
+
 def test_v2_coordination_refuses_the_controller_role_and_topic_recreation():
     """docs/design.md#v2: no controller; a re-created topic would stay
     deleted with a broker down. The other admin faults run."""
