@@ -63,7 +63,7 @@ from bench.paths import RAW  # noqa: E402
 from bench_controller import (Bench, ControllerLog, FakeBrokers, _die_with_parent,  # noqa: E402
                               machine, make_layout, populate, progress, read_leaders,
                               zookeeper_server)
-from cluster.deadline import wait_until  # noqa: E402
+from contracts.deadline import wait_until  # noqa: E402
 from harness.resources import zk_watches as zk_watch_count  # noqa: E402
 from harness.zk_probe import four_letter  # noqa: E402
 

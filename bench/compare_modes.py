@@ -141,8 +141,8 @@ sys.path.insert(0, str(REPO))
 
 from bench.paths import RAW  # noqa: E402
 from cluster import admin, zkpaths  # noqa: E402
-from cluster.deadline import wait_until  # noqa: E402
 from cluster.v2.state_queue import StateChangeQueue  # noqa: E402
+from contracts.deadline import wait_until  # noqa: E402
 from faults import recipes  # noqa: E402
 from harness import kafka_wire, run_cli  # noqa: E402
 from harness.backends import make_cluster  # noqa: E402

@@ -23,10 +23,10 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from cluster import zkpaths
-from cluster.deadline import wait_until
 from cluster.controller.assignment import AssignmentError, assign_replicas
 from cluster.controller.state_change_log import read_state_log
 from cluster.zkpaths import BrokerRegistration, TopicAssignment
+from contracts.deadline import wait_until
 
 TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 

@@ -4,6 +4,7 @@
 offer the fault injectors (kill and restart nodes, pause them, cut their
 network, degrade proxied links, reach their ZooKeeper, their files, their
 Kafka metadata); every cluster declares which it implements and every
-injector which it needs. This package imports nothing of the project, and
-every layer may import it (docs/architecture.md, "Layers").
+injector which it needs. `deadline` is the one helper for waiting on a
+condition. This package imports nothing of the project, and every layer may
+import it (docs/architecture.md, "Layers").
 """

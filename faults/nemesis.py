@@ -21,7 +21,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
-from cluster.deadline import Deadline
+from contracts.deadline import Deadline
 from faults import injectors, recipes
 from faults.heal import FINAL_HEAL, final_heal
 from faults.injectors.base import FaultContext, FaultError, Injector

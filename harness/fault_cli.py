@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster import zkpaths
-from cluster.deadline import wait_until
+from contracts.deadline import wait_until
 from faults import injectors
 from faults.heal import final_heal
 from faults.injectors.base import FaultContext, FaultError

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from cluster import zkpaths
-from cluster.deadline import wait_until
+from contracts.deadline import wait_until
 from harness import kafka_wire
 from harness.replicas import read_broker
 

@@ -23,7 +23,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from cluster.deadline import wait_until
+from contracts.deadline import wait_until
 from harness.host import free_port
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from cluster.deadline import Deadline, wait_until
+from contracts.deadline import Deadline, wait_until
 
 # Errors after which asking again may succeed: the controller moved or is
 # still being elected, or the answer was lost.

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from cluster import zkpaths
-from cluster.deadline import Deadline, wait_until
+from contracts.deadline import Deadline, wait_until
 from harness.backends.base import ClusterError
 from harness.host import free_port
 from harness.zk_probe import four_letter, zk_mode

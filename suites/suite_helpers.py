@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from cluster import zkpaths
-from cluster.deadline import wait_until
+from contracts.deadline import wait_until
 from reports.summary import GROUP_TYPES, INCARNATION_TYPES
 
 # The length of one fault run of test_suite_faults.py: issue 5 asks for 60 s

@@ -27,8 +27,8 @@ from typing import Any, Callable
 import pytest
 
 from cluster import admin, zkpaths
-from cluster.deadline import wait_until
 from cluster.protocol import errors as E
+from contracts.deadline import wait_until
 from faults.nemesis import Schedule, make_schedule
 from harness import kafka_wire
 from suite_helpers import SAFE, ZkView, assert_valid, crash_broker, wait_for

@@ -18,8 +18,8 @@ import time
 import pytest
 
 from cluster import admin, zkpaths
-from cluster.deadline import wait_until
 from cluster.protocol import errors as E
+from contracts.deadline import wait_until
 from faults.injectors.zookeeper import expire_session, read_session
 from harness import kafka_wire, probes
 from harness.replicas import HW_CHECKPOINT, high_watermarks, read_broker

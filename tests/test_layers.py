@@ -110,11 +110,9 @@ def layer_violations(graph: dict[str, set[str]]) -> list[str]:
 
 # What of the system under test the other layers may use (docs/architecture.md):
 # its configuration, ZooKeeper layout, admin operations (of both coordination
-# modes), the deadline helper,
-# the on-disk format (disk faults), the wire codecs and error codes (probes,
+# modes), the on-disk format (disk faults), the wire codecs and error codes (probes,
 # the fuzzer) and the group -> offsets partition mapping (coordinator targets).
 CLUSTER_PUBLIC = ("cluster.config", "cluster.zkpaths", "cluster.admin", "cluster.v2.admin",
-                  "cluster.deadline",
                   "cluster.log.crash", "cluster.log.batch", "cluster.protocol",
                   "cluster.server.offsets_topic")
 

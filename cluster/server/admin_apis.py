@@ -28,9 +28,9 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from cluster import admin, zkpaths
 from cluster.config import DEFAULTS
-from cluster.deadline import Deadline, wait_until_async
 from cluster.protocol import errors as E
 from cluster.server.metadata_cache import MetadataCache
+from contracts.deadline import Deadline, wait_until_async
 
 log = logging.getLogger(__name__)
 

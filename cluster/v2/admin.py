@@ -29,11 +29,11 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from cluster import zkpaths
-from cluster.deadline import wait_until
 from cluster.v2.election import reassigning_to
 from cluster.v2.state_queue import (CLOSE_REPLICA, NO_EPOCH, START_REPLICA, StateChange,
                                     StateChangeQueue)
 from cluster.zkpaths import TopicAssignment
+from contracts.deadline import wait_until
 
 SENDER = "admin"
 

@@ -28,9 +28,9 @@ import time
 from typing import Any
 
 from cluster import admin, zkpaths
-from cluster.deadline import wait_until
 from cluster.v2 import admin as v2admin
 from contracts.abilities import ZooKeeperAccess
+from contracts.deadline import wait_until
 from faults.injectors.base import FaultContext, FaultError, Injector
 
 # How long an operation may take before the step gives up waiting (the

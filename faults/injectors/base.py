@@ -21,10 +21,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection
 
-from cluster.deadline import wait_until
 from contracts.abilities import (NETWORK, Cluster, KafkaMetadata, Need, NodeFiles, NodeNetwork,
                                  PauseResume, ProcessControl, ProxiedLinks, Recorder,
                                  ZooKeeperAccess, can, missing)
+from contracts.deadline import wait_until
 from faults.targets import Resolver, Target
 
 

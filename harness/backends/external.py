@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cluster.deadline import wait_until
 from contracts.abilities import (NETWORK, KafkaMetadata, NodeFiles, PauseResume,
                                  ProcessControl, ProxiedLinks, ZooKeeperAccess)
+from contracts.deadline import wait_until
 from harness.backends.base import (BROKER, PAUSED, RUNNING, STOPPED, Cluster, ClusterError,
                                    ClusterSpec, NodeInfo, ask_first, broker_id_of)
 from harness.backends.links import Link, LinkTable, ProxiedLinkTable

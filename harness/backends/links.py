@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from cluster.deadline import wait_until
+from contracts.deadline import wait_until
 from harness.backends.base import ClusterError
 
 

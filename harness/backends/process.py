@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cluster.deadline import wait_until
+from contracts.deadline import wait_until
 
 
 def pid_alive(pid: int | None) -> bool:

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
-from cluster.deadline import Deadline
+from contracts.deadline import Deadline
 from harness.workload.clients import CLIENTS, EXIT_FATAL, ProducerSettings
 from harness.workload.group import COMMIT_MODES, GROUP_CLIENTS, SUB_VIA
 

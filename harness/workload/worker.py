@@ -31,7 +31,7 @@ import threading
 import time
 from typing import Any
 
-from cluster.deadline import Deadline, wait_until
+from contracts.deadline import Deadline, wait_until
 from harness.workload.clients import EXIT_FATAL, ProducerSettings, make_consumer, make_producer
 from harness.workload.group import COMMIT_MODES
 

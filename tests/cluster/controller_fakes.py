@@ -12,17 +12,18 @@ from typing import Any, Callable
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError
 
-from cluster import deadline, zkpaths
+from cluster import zkpaths
 from cluster.config import BrokerConfig
 from cluster.controller import Controller
 from cluster.protocol import control
 from cluster.protocol import errors as E
 from cluster.zkpaths import BrokerRegistration, LeaderAndIsr
+from contracts import deadline
 
 
 def wait_until(cond: Callable[[], Any], timeout: float = 20.0, interval: float = 0.05,
                what: str = "condition") -> Any:
-    """cluster.deadline.wait_until that fails the test when time runs out."""
+    """contracts.deadline.wait_until that fails the test when time runs out."""
     v = deadline.wait_until(cond, timeout, interval)
     if not v:
         raise AssertionError(f"timed out waiting for {what}")

@@ -82,7 +82,7 @@ def test_sigterm_ends_the_session_like_ctrl_c(pytester, tmp_path):
     import sys
     import time
 
-    from cluster.deadline import wait_until
+    from contracts.deadline import wait_until
     started, second = tmp_path / "started", tmp_path / "second"
     pytester.makepyfile(f"""
         import pathlib, time

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cluster.deadline import wait_until
+from contracts.deadline import wait_until
 from harness.reaper import reap_checker_jvms
 from reports.spark_checker import DRIVER_MARK
 

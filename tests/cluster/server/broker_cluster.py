@@ -17,10 +17,11 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
-from cluster import deadline, zkpaths
+from cluster import zkpaths
 from cluster.config import render_properties
 from cluster.protocol import control
 from cluster.zkpaths import LeaderAndIsr, TopicAssignment
+from contracts import deadline
 from harness.host import free_port
 
 REPO = Path(__file__).resolve().parents[3]
@@ -28,7 +29,7 @@ PYTHON = sys.executable
 
 
 def wait_until(pred, timeout: float, what: str, interval: float = 0.05):
-    """cluster.deadline.wait_until that fails the test when time runs out."""
+    """contracts.deadline.wait_until that fails the test when time runs out."""
     v = deadline.wait_until(pred, timeout, interval)
     if not v:
         raise AssertionError(f"timed out after {timeout}s waiting for {what}")

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from cluster.deadline import wait_until
+from contracts.deadline import wait_until
 from harness.history import HistoryRecorder, read_history
 from harness.workload.clients import ProducerSettings, _acks_done, _poll_ok
 from harness.workload.errors import canonical, classify_send, kafka_python_name

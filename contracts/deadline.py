@@ -5,8 +5,8 @@ The broker's admin tools, the harness and the fault injectors all wait for
 ZooKeeper or a cluster to reach some state. Writing that loop by hand each
 time gets the details wrong in small, different ways (a last check skipped at
 the deadline, a sleep past it, an exception that ends the wait early), so it
-is written once, here, and the others import it (harness and faults may use
-this public piece of `cluster`).
+is written once, here, and the others import it (every layer may import
+`contracts`).
 """
 from __future__ import annotations
 

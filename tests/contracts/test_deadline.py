@@ -1,9 +1,9 @@
-"""cluster.deadline: the one wait-with-a-deadline helper."""
+"""contracts.deadline: the one wait-with-a-deadline helper."""
 from __future__ import annotations
 
 import pytest
 
-from cluster.deadline import Deadline, wait_until
+from contracts.deadline import Deadline, wait_until
 
 
 class FakeClock:
@@ -56,7 +56,7 @@ def test_deadline_remaining_never_negative():
 def test_the_async_wait_lets_the_loop_run_meanwhile():
     import asyncio
 
-    from cluster.deadline import wait_until_async
+    from contracts.deadline import wait_until_async
 
     async def scenario():
         flag: list[int] = []
