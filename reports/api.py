@@ -14,11 +14,10 @@ from pathlib import Path
 
 from reports.context import requests_for
 from reports.errors import HistoryError
+from reports.exit_codes import of_verdict, worst
 from reports.readers import RunInput, open_runs
 from reports.resources import read_samples, resource_series
 from reports.summary import DEFAULT_MAX_INSTANCES, build_summary, write_json
-
-EXIT_VALID, EXIT_INVALID, EXIT_UNKNOWN, EXIT_ERROR = 0, 1, 2, 3
 
 
 @dataclass
@@ -36,18 +35,12 @@ class RunVerdict:
 
     @property
     def exit_code(self) -> int:
-        return {"valid": EXIT_VALID, "invalid": EXIT_INVALID, "unknown": EXIT_UNKNOWN}.get(
-            self.verdict, EXIT_ERROR
-        )
+        return of_verdict(self.verdict)
 
 
 def combined_exit(verdicts: list[RunVerdict]) -> int:
-    """Error beats invalid beats unknown beats valid."""
-    codes = {v.exit_code for v in verdicts}
-    for code in (EXIT_ERROR, EXIT_INVALID, EXIT_UNKNOWN):
-        if code in codes:
-            return code
-    return EXIT_VALID
+    """Error beats invalid beats unknown beats valid (reports/exit_codes.py)."""
+    return worst(v.exit_code for v in verdicts)
 
 
 def _out_dirs(run_dirs: list[Path], out) -> list[Path]:

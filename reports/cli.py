@@ -1,8 +1,9 @@
 """`chaoslog analyze RUN_DIR...`: the checker on the command line.
 
-Exit status: 0 valid, 1 invalid, 2 unknown (final reads incomplete),
-3 error (a history that cannot be read, named by file and line). With several
-runs, the worst wins in that order: error, invalid, unknown, valid.
+Exit status (reports/exit_codes.py, the table of every chaoslog command):
+0 valid, 1 invalid, 3 unknown (final reads incomplete), 4 error (a history
+that cannot be read, named by file and line). With several runs, the worst
+wins in that order: error, invalid, unknown, valid.
 
 `add_parser(subparsers)` registers the command on another program's argparse
 (the harness's `chaoslog`); `python -m reports` and `spark-submit
@@ -15,7 +16,8 @@ import argparse
 import sys
 import warnings
 
-from reports.api import EXIT_ERROR, analyze, combined_exit
+from reports.api import analyze, combined_exit
+from reports.exit_codes import EXIT_ERROR
 from reports.summary import DEFAULT_MAX_INSTANCES
 
 

@@ -59,8 +59,8 @@ def test_analyze_writes_the_three_files(runs, tmp_path):
     verdicts = analyze([runs["valid"], runs["invalid"], runs["unknown"], runs["error"]], out=tmp_path,
                        checker="reference")
     assert [v.verdict for v in verdicts] == ["valid", "invalid", "unknown", "error"]
-    assert [v.exit_code for v in verdicts] == [0, 1, 2, 3]
-    assert combined_exit(verdicts) == 3 and combined_exit(verdicts[:3]) == 1
+    assert [v.exit_code for v in verdicts] == [0, 1, 3, 4]
+    assert combined_exit(verdicts) == 4 and combined_exit(verdicts[:3]) == 1
     assert "history.jsonl:5" in verdicts[3].error
     for v in verdicts[:3]:
         assert v.out_dir == tmp_path / v.run_dir.name
@@ -99,11 +99,11 @@ def test_outputs_default_to_the_run_directory(tmp_path):
     assert '<td>lost</td><td class="n">0</td><td>none</td>' in html
 
 
-@pytest.mark.parametrize("name, code", [("valid", 0), ("invalid", 1), ("unknown", 2), ("error", 3)])
+@pytest.mark.parametrize("name, code", [("valid", 0), ("invalid", 1), ("unknown", 3), ("error", 4)])
 def test_cli_exit_status(runs, tmp_path, capsys, name, code):
     assert cli.run(args_for(str(runs[name]), "--checker", "reference", "--out", str(tmp_path))) == code
     out, err = capsys.readouterr()
-    if code == 3:
+    if code == 4:
         assert "ERROR" in err and "history.jsonl:5" in err
     else:
         assert name.upper() in out and "acknowledged" in out and "report:" in out
@@ -111,7 +111,7 @@ def test_cli_exit_status(runs, tmp_path, capsys, name, code):
 
 def test_cli_worst_verdict_wins(runs, tmp_path):
     assert cli.run(args_for(str(runs["valid"]), str(runs["unknown"]), "--checker", "reference",
-                            "--out", str(tmp_path))) == 2
+                            "--out", str(tmp_path))) == 3
 
 
 def test_cli_with_spark(spark, runs, tmp_path, capsys):
