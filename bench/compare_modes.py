@@ -17,11 +17,12 @@ deleted-topic check).
 What is measured, per mode:
 
 1. Acknowledged writes lost, per configuration and fault kind. One chaos run
-   per (mode, configuration, fault), built from `chaoslog run` options by
-   the harness's own parser (harness/run_cli.py) and played by
+   per (mode, configuration, fault), a RunSpec (harness/run.py) checked by
+   RunSpec.validate as `chaoslog run` checks its options, played by
    harness.run.execute, then checked by the reference checker (the same as
    `chaoslog run ... --no-analysis` and `chaoslog analyze RUN_DIR --checker
-   reference`; summary.json keeps each run's exact command). One topic of 3
+   reference`; each cell keeps the command that replays its run, `chaoslog
+   run --spec RUN_DIR`). One topic of 3
    partitions, replication factor 3, 100 sends/s from 2 producers, one
    consumer; the fault aims at the leader of partition t/0 (`--target
    FAULT=leader`); the same seed, so the same schedule, for both modes.
@@ -144,24 +145,26 @@ from cluster import admin, zkpaths  # noqa: E402
 from cluster.v2.state_queue import StateChangeQueue  # noqa: E402
 from contracts.deadline import wait_until  # noqa: E402
 from faults import recipes  # noqa: E402
-from harness import kafka_wire, run_cli  # noqa: E402
+from harness import kafka_wire  # noqa: E402
 from harness.backends import make_cluster  # noqa: E402
 from harness.backends.base import ClusterSpec  # noqa: E402
 from harness.history import collect_logs, dump_zookeeper  # noqa: E402
 from harness.images import current_tags  # noqa: E402
 from harness.progress import Progress  # noqa: E402
 from harness.resources import zk_watches  # noqa: E402
-from harness.run import (EXIT_INTERRUPTED, EXIT_UNKNOWN, EXIT_VALID, execute,  # noqa: E402
-                         log_line)
+from harness.run import Draw, RunSpec, execute, log_line, mix_of  # noqa: E402
+from harness.workload import WorkloadSpec  # noqa: E402
+from harness.workload.clients import ProducerSettings  # noqa: E402
+from reports.exit_codes import EXIT_INTERRUPTED, EXIT_OK, EXIT_UNKNOWN  # noqa: E402
 from harness.topics import create_topics  # noqa: E402
 
 MODES = {"controller": {}, "v2": {"coordination": "v2"}}
 COMMON = {"replica.lag.time.max.ms": 3000}
 CONFIGS = {
     "seed-faithful": ({**COMMON, "min.insync.replicas": 1, "unclean.leader.election.enable": "true",
-                       "replication.truncation": "hw"}, ["--mix", "all,1"]),
+                       "replication.truncation": "hw"}, ["all", "1"]),     # producers' kinds (mix)
     "fixed": ({**COMMON, "min.insync.replicas": 2, "unclean.leader.election.enable": "false",
-               "replication.truncation": "leader-epoch"}, ["--acks", "all"]),
+               "replication.truncation": "leader-epoch"}, []),            # acks=all for all
 }
 # The recipe is Jepsen 2013's chain (the leader cut off from the brokers
 # until the ISR is itself, then killed): a single fault never shrinks the
@@ -186,30 +189,22 @@ def say(msg: str) -> None:
 
 # -- the chaos runs ----------------------------------------------------------------------------
 
-def run_argv(mode: str, config: str, fault: str, duration: float, seed: int,
-             out: Path) -> list[str]:
-    """The `chaoslog run` options of one cell (its schedule drawn from the seed)."""
-    broker_config, producers = CONFIGS[config]
-    kv = [f"{k}={v}" for k, v in {**broker_config, **MODES[mode]}.items()]
+def run_spec(mode: str, config: str, fault: str, duration: float, seed: int,
+             out: Path) -> RunSpec:
+    """The run of one cell (its schedule drawn from the seed), validated as
+    `chaoslog run` validates its options (RunSpec.validate)."""
+    broker_config, kinds = CONFIGS[config]
     # A recipe aims its steps itself.
-    aim = [] if fault in recipes.RECIPES else ["--target", f"{fault}=leader"]
-    drawn = ["--faults", fault, *aim, "--seed", str(seed), "--duration", f"{duration:g}",
-             "--interval", "8,10", "--fault-duration", "8,10", "--quiet", "10"]
-    return ["--backend", "docker", "--brokers", "3", "--topics", "1",
-            "--partitions", str(PARTITIONS), "--replication-factor", "3",
-            "--rate", "100", "--producers", "2", "--consumers", "1", *producers,
-            *drawn,
-            "--broker-config", *kv, "--no-analysis", "--out", str(out)]
-
-
-def run_spec(argv: list[str]):
-    """The RunSpec `chaoslog run ARGV` would play (its own parser and checks)."""
-    parser = argparse.ArgumentParser(prog="chaoslog")
-    run_cli.add_parser(parser.add_subparsers())
-    try:
-        return run_cli.spec_from_args(parser.parse_args(["run", *argv]))
-    except run_cli.Refused as e:
-        raise ValueError(f"chaoslog run refused the options: {e}") from None
+    aim = {} if fault in recipes.RECIPES else {fault: "leader"}
+    producer = ProducerSettings(acks="all")
+    return RunSpec(
+        cluster=ClusterSpec(brokers=3, broker_config={**broker_config, **MODES[mode]}),
+        backend="docker", replication_factor=3,
+        workload=WorkloadSpec({TOPIC: PARTITIONS}, rate=100, producers=2, consumers=1,
+                              producer=producer, mix=mix_of(kinds, producer)),
+        schedule=Draw(faults=[fault], targets=aim, seed=seed, duration_s=duration,
+                      interval_s=(8, 10), fault_duration_s=(8, 10)),
+        quiet_s=10, checker=None, out=out).validate()
 
 
 class LeaderProbe:
@@ -265,9 +260,8 @@ class LeaderProbe:
                                  "leader": leader, "error": error})
 
 
-def play(name: str, argv: list[str], run_dir: Path, probe: bool) -> dict[str, Any]:
+def play(name: str, spec: RunSpec, run_dir: Path, probe: bool) -> dict[str, Any]:
     """One chaos run, the leader probe beside it when asked, then its numbers."""
-    spec = run_spec(argv)
     hooked: dict[str, Any] = {}
 
     def on_start(run: Any) -> None:
@@ -286,13 +280,13 @@ def play(name: str, argv: list[str], run_dir: Path, probe: bool) -> dict[str, An
     if result.exit_code == EXIT_INTERRUPTED:
         raise KeyboardInterrupt
     cell: dict[str, Any] = {"run_dir": str(run_dir), "exit_code": result.exit_code,
-                            "command": " ".join([".venv/bin/chaoslog", "run", *argv]),
+                            "command": f".venv/bin/chaoslog run --spec {run_dir}",
                             "check": f".venv/bin/chaoslog analyze {run_dir} --checker reference",
                             "seconds": round(time.monotonic() - t0, 1)}
     if "probe" in hooked:
         with open(run_dir / PROBE_FILE, "w") as f:
             f.writelines(json.dumps(s) + "\n" for s in hooked["probe"].samples)
-    if result.exit_code not in (EXIT_VALID, EXIT_UNKNOWN):
+    if result.exit_code not in (EXIT_OK, EXIT_UNKNOWN):
         why = (result.outcome or {}).get("error") or "see the log above"
         cell["error"] = f"the run failed (exit {result.exit_code}): {why}"
         return cell
@@ -914,7 +908,7 @@ def recheck(out: Path, argv: list[str] | None) -> int:
     report = json.loads((out / "summary.json").read_text())
     for name, cell in report["runs"].items():
         run_dir = out / "runs" / Path(cell["run_dir"]).name   # wherever DIR is now
-        if cell.get("exit_code") in (EXIT_VALID, EXIT_UNKNOWN):
+        if cell.get("exit_code") in (EXIT_OK, EXIT_UNKNOWN):
             cell.update(measure(name, run_dir))
         else:   # a failed run has no numbers
             for key in ("writes", "unavailability", "zk_watches", "split"):
@@ -983,8 +977,8 @@ def main(argv: list[str] | None = None) -> int:
         # which code each run tested, should the tree change meanwhile.
         built_from = {"commit": commit(), "broker_image": current_tags().broker}
         try:
-            options = run_argv(mode, config, fault, a.duration, a.seed, run_dir)
-            cell = play(name, options, run_dir, probe=fault == "partition-isolate")
+            spec = run_spec(mode, config, fault, a.duration, a.seed, run_dir)
+            cell = play(name, spec, run_dir, probe=fault == "partition-isolate")
         except KeyboardInterrupt:
             raise
         except Exception as e:  # noqa: BLE001 - the cell says so; the other cells go on

@@ -22,8 +22,9 @@ from faults.injectors.base import FaultContext, FaultError
 from faults.targets import Target, TargetError
 from harness.backends import attach
 from harness.host import chaoslog_home
-from harness.run import EXIT_REFUSED, log_line
-from harness.run_cli import Refused, kv_list, param_value
+from harness.run import Refused, log_line
+from harness.run_cli import kv_list, param_value
+from reports.exit_codes import EXIT_OK, EXIT_REFUSED
 
 
 def add_parser(sub: Any) -> None:
@@ -128,7 +129,7 @@ def cmd_fault(a: argparse.Namespace) -> int:
                   f"`chaoslog heal --name {a.name}`")
         else:
             print(f"{d['fault']} on {', '.join(d['targets'])}: done ({d['detail']})")
-        return 0
+        return EXIT_OK
     finally:
         zk.stop()
         zk.close()
@@ -155,4 +156,4 @@ def cmd_heal(a: argparse.Namespace) -> int:
         print(line)
     if not before and not done:
         print("nothing to heal")
-    return 0
+    return EXIT_OK

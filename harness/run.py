@@ -2,8 +2,9 @@
 
 In the spirit of Jepsen's test map: a run is a cluster, a workload, a nemesis
 schedule, a checker and an output directory. `RunSpec` is that map as plain
-data (what `chaoslog run`, `chaoslog demo` and, later, campaigns and replays
-build); `Run` is the live run against one started cluster, with its steps in
+data (what `chaoslog run`, `chaoslog demo`, campaigns, replays, benches and
+the pytest fixtures build), and `RunSpec.validate()` holds every rule of a
+run; `Run` is the live run against one started cluster, with its steps in
 the one right order:
 
     create_topics -> start_workload -> start_nemesis / inject ...
@@ -22,17 +23,18 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from cluster import admin
-from faults import injectors
+from cluster.config import BrokerConfig, ConfigError
+from faults import injectors, recipes
 from faults.heal import final_heal
 from faults.injectors.base import FaultContext, FaultError, Injector
-from faults.nemesis import Nemesis, Schedule
-from faults.targets import Resolver, qualify
-from harness.backends.base import ClusterError, ClusterSpec, is_v2
+from faults.nemesis import Nemesis, Schedule, make_schedule, parse_weights
+from faults.targets import Resolver, Target, TargetError, qualify
+from harness.backends.base import ClusterError, ClusterSpec, is_v2, v2_refusal
 from harness.history import (HistoryRecorder, HistoryStats, collect_logs, dump_zookeeper,
                              new_run_id, utc_now_iso, write_run_json)
 from harness.observer import (OBSERVATIONS, MetadataSampler, Observations, StateSampler,
@@ -41,7 +43,10 @@ from harness.observer import (OBSERVATIONS, MetadataSampler, Observations, State
 from harness.resources import ResourceSampler
 from harness.topics import create_topics, wait_for_leaders
 from harness.workload import FinalReads, Workload, WorkloadSpec
+from harness.workload.clients import ProducerSettings
 from harness.workload.runner import launcher_for
+from reports.exit_codes import (EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED,
+                                EXIT_UNKNOWN, of_verdict)
 
 # How long a schedule may run past its nominal end (broker restarts under load).
 SCHEDULE_OVERRUN_S = 120.0
@@ -53,6 +58,9 @@ TOPIC_LEADERS_TIMEOUT_S = 60.0
 # RECOVERY_BOUND_S; a partition may go without a live leader for LEADERLESS_S
 # while one of its ISR members is alive (two session timeouts and an election).
 RECOVERY_BOUND_S = 60.0
+# What a run takes besides its schedule and quiet period (cluster start,
+# topics, final reads, evidence, the check) until runs show better (RunTimes).
+RUN_OVERHEAD_S = 60.0
 CHECKS = {"leaderless_s": 20.0, "ack_margin_s": 5.0, "recovery_grace_s": 5.0,
           "recovery_bound_s": RECOVERY_BOUND_S}
 
@@ -61,15 +69,69 @@ def log_line(msg: str) -> None:
     print(f"chaoslog: {msg}", file=sys.stderr, flush=True)
 
 
+class Refused(ValueError):
+    """Settings that cannot work; the message is the one-line reason, in the
+    words of `chaoslog run`'s options (a spec's fields are named after them)."""
+
+
+# The producer kinds of a mix (`--mix idempotent,1`; workload.mix = ["idempotent", "1"]).
+MIX = {"all": {"acks": "all"}, "1": {"acks": "1"}, "0": {"acks": "0"},
+       "idempotent": {"acks": "all", "idempotent": True, "max_in_flight": 5}}
+
+
+def mix_of(kinds: Any, base: ProducerSettings) -> tuple[ProducerSettings, ...]:
+    """Producers' settings in turn: a kind of MIX is `base` with its acks and
+    idempotence; a ProducerSettings or a dict of its fields is taken as it is."""
+    out = []
+    for kind in kinds:
+        if isinstance(kind, ProducerSettings):
+            out.append(kind)
+        elif isinstance(kind, Mapping):
+            out.append(_producer(kind, "workload.mix"))
+        elif str(kind) in MIX:
+            out.append(ProducerSettings(**{**asdict(base), "retries": 0, "idempotent": False,
+                                           **MIX[str(kind)]}))
+        else:
+            raise Refused(f"--mix: {kind!r} is not one of {', '.join(MIX)}")
+    return tuple(out)
+
+
+@dataclass
+class Draw:
+    """A nemesis schedule still to be drawn (faults.nemesis.make_schedule),
+    as data: the `--faults`, `--seed`, `--duration`, `--interval`,
+    `--fault-duration`, `--overlap`, pinned `--target` roles and `--param`
+    values of `chaoslog run`. RunSpec.validate draws it."""
+    faults: Any = ()                   # ["kill:3", "pause"] or {"kill": 3, "pause": 1}
+    seed: int | None = None            # None: a random one (validate chooses it)
+    duration_s: float = 60.0
+    interval_s: tuple[float, float] = (5.0, 10.0)
+    fault_duration_s: tuple[float, float] = (5.0, 15.0)
+    overlap: int = 1
+    targets: dict[str, str] = field(default_factory=dict)               # fault -> role
+    params: dict[str, dict[str, Any]] = field(default_factory=dict)     # fault -> {key: value}
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["faults"] = dict(self.faults) if isinstance(self.faults, Mapping) else list(self.faults)
+        d["interval_s"], d["fault_duration_s"] = list(self.interval_s), list(self.fault_duration_s)
+        return d
+
+
 @dataclass
 class RunSpec:
-    """Everything one run is, as data: the same spec gives the same schedule
-    and the same settings (the cluster itself is not deterministic)."""
-    cluster: ClusterSpec
-    backend: str
-    replication_factor: int
-    workload: WorkloadSpec
-    schedule: Schedule
+    """Everything one run is, as data (Jepsen's test map): the same spec
+    gives the same schedule and the same settings (the cluster itself is not
+    deterministic). Its defaults are those of `chaoslog run` with no option.
+    `chaoslog run` maps its options onto one, campaigns build them from
+    TOML tables of these fields (`from_data`), benches and the pytest
+    fixtures build them in code; all of them call `validate()`, the one
+    place a run's rules live."""
+    cluster: ClusterSpec = field(default_factory=ClusterSpec)
+    backend: str | None = None         # docker | local | tansu | external; None: docker when an engine answers
+    replication_factor: int = 3
+    workload: WorkloadSpec = field(default_factory=lambda: WorkloadSpec({"t": 3}))
+    schedule: Schedule | Draw = field(default_factory=Draw)   # validate() draws a Draw
     quiet_s: float = 10.0              # between the final heal and the final reads
     final_timeout_s: float = 60.0
     settle_s: float = 10.0             # final reads: how long to wait for acknowledged ends
@@ -78,7 +140,7 @@ class RunSpec:
     out: Path | None = None            # default runs/RUN_ID
 
     @property
-    def seed(self) -> int:
+    def seed(self) -> int | None:
         return self.schedule.seed
 
     def to_json(self) -> dict[str, Any]:
@@ -90,17 +152,338 @@ class RunSpec:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "RunSpec":
-        """The spec `to_json` wrote (a run's run.json keeps it as `spec`):
-        a replay of the whole run, settings and schedule. KeyError or
-        ValueError when something is missing or wrong."""
-        from harness.backends import spec_from_json
-        backend = str(d["backend"])
-        return cls(cluster=spec_from_json(backend, d["cluster"]), backend=backend,
-                   replication_factor=int(d["replication_factor"]),
-                   workload=WorkloadSpec.from_json(d["workload"]),
-                   schedule=Schedule.from_json(d["schedule"]), quiet_s=float(d["quiet_s"]),
-                   final_timeout_s=float(d["final_timeout_s"]), settle_s=float(d["settle_s"]),
-                   mechanism=str(d["mechanism"]), checker=d.get("checker"))
+        """The spec `to_json` wrote (a run's run.json keeps it as `spec`,
+        a shrink's spec.json is one): a replay of the whole run, settings and
+        schedule. KeyError or ValueError when something is missing or wrong."""
+        for key in ("cluster", "backend", "replication_factor", "workload", "schedule",
+                    "quiet_s", "final_timeout_s", "settle_s", "mechanism"):
+            d[key]   # noqa: B018 - a whole spec has every field: KeyError names the missing one
+        workload = {k: v for k, v in d["workload"].items() if k not in WORKLOAD_DERIVED}
+        return cls.from_data({**d, "workload": workload})
+
+    @classmethod
+    def from_data(cls, d: Mapping[str, Any]) -> "RunSpec":
+        """A spec from plain data (a campaign's TOML tables): the fields of
+        `to_json`, each one left out taking its default; `schedule` is a
+        Schedule (it has `steps`) or a Draw. Refused names a field that is
+        not one or a value of the wrong kind."""
+        _known(d, RUN_FIELDS, "")
+        backend = d.get("backend")
+        cluster = d.get("cluster") or {}
+        _table(cluster, "cluster")
+        try:
+            from harness.backends import spec_from_json
+            cluster_spec = spec_from_json(str(backend), dict(cluster))
+        except (TypeError, ClusterError) as e:
+            raise Refused(f"cluster: {e}") from None
+        plain: dict[str, Any] = {}
+        for key, conv in (("replication_factor", int), ("quiet_s", float),
+                          ("final_timeout_s", float), ("settle_s", float), ("mechanism", str)):
+            if key in d:
+                plain[key] = _value(d[key], conv, key)
+        if "checker" in d:
+            plain["checker"] = d["checker"]
+        return cls(cluster=cluster_spec, backend=backend, workload=_workload(d.get("workload") or {}),
+                   schedule=_schedule(d.get("schedule") or {}), **plain)
+
+    def validate(self, cluster: Any = None) -> "RunSpec":
+        """Every rule of a run, checked before anything starts; Refused says
+        the first one broken, in one line. Returns the spec to run: the
+        schedule drawn (a random seed if none is given), the backend chosen,
+        the links proxied where the faults need it.
+
+        With `cluster`, a started cluster (the pytest fixtures), its shape is
+        given: what it refuses is what it declares (Cluster.refuses), and
+        nothing about how to start it is decided here."""
+        from harness.backends.external import ExternalSpec
+        from harness.backends.tansu import TansuSpec
+        spec, rf = self.cluster, self.replication_factor
+        system = ("external" if isinstance(spec, ExternalSpec)
+                  else "tansu" if isinstance(spec, TansuSpec) else "chaoslog")
+        backend = self.backend
+        if cluster is None and system != "chaoslog":
+            if backend not in (None, system):
+                raise Refused(f"--backend {backend}: --target {system} runs where it runs; "
+                              "drop --backend")
+            if spec.broker_config:
+                raise Refused(f"--broker-config: it configures the built-in broker, not "
+                              f"{system}'s")
+            if system == "tansu" and rf != 1:
+                raise Refused(f"--replication-factor {rf}: tansu's brokers keep no replicas of "
+                              "their own (one PostgreSQL stores every record); use "
+                              "--replication-factor 1")
+            backend = system
+        if spec.brokers < 1:
+            raise Refused(f"--brokers {spec.brokers}: at least 1")
+        if cluster is None:
+            try:
+                spec.validate()
+            except ClusterError as e:
+                raise Refused(str(e)) from None
+        if not 1 <= rf <= spec.brokers:
+            raise Refused(f"--replication-factor {rf} with {spec.brokers} broker(s): it must be "
+                          f"between 1 and the broker count")
+        draw = self.schedule if isinstance(self.schedule, Draw) else None
+        replay = self.schedule if isinstance(self.schedule, Schedule) else None
+        if draw is not None and draw.duration_s <= 0:
+            raise Refused("--duration must be positive")
+        if replay is not None and (replay.duration_s <= 0 or replay.quiet_s < 0):
+            raise Refused("the schedule's duration_s must be positive and quiet_s not negative")
+        w = self.workload
+        if w.producers < 1 or w.slots < 1 or w.consumers < 0 or w.fetchers < 0:
+            raise Refused("--producers and --slots must be at least 1, --consumers and --fetchers "
+                          "at least 0")
+        if draw is not None and draw.overlap < 1:
+            raise Refused(f"--overlap {draw.overlap}: at least 1 lane")
+        if w.crash_every_s < 0:
+            raise Refused("--crash-clients: seconds, 0 for never")
+        if system == "chaoslog":
+            try:
+                BrokerConfig.from_dict(dict(spec.broker_config))
+            except ConfigError as e:
+                raise Refused(f"--broker-config: {e}") from None
+        min_isr = int(spec.broker_config.get("min.insync.replicas", 1))
+        if min_isr > rf:   # docs/design.md#acks: acks=all needs min.insync.replicas in the ISR
+            raise Refused(f"min.insync.replicas={min_isr} is above --replication-factor {rf}: no "
+                          f"acks=all write could ever succeed")
+        try:
+            weights = parse_weights([s.fault for s in replay.steps] if replay is not None
+                                    else draw.faults)
+        except FaultError as e:
+            raise Refused(str(e)) from None
+        if cluster is not None:
+            backend = cluster.backend
+        elif system == "chaoslog":
+            backend = backend or _default_backend()
+        used = sorted(recipes.faults_of(weights))   # the recipes' faults too
+        if cluster is None and system == "chaoslog":
+            # Links through the proxy when a fault needs them: link toxics on any
+            # backend; partitions on the local backend (docker cuts them with iptables).
+            # A started cluster (`cluster`) has the links it has.
+            needs_link = any("proxy" in injectors.kind(f).needs for f in used)
+            needs_net = any("net" in injectors.kind(f).needs for f in used)
+            spec = replace(spec, proxied=spec.proxied or needs_link or self.mechanism == "proxy"
+                           or (needs_net and backend == "local" and self.mechanism != "iptables"))
+        targets = dict(draw.targets) if draw is not None else {}
+        refuses = cluster.refuses if cluster is not None else _refusal(spec)
+        if refuses is not None:
+            # Drawn roles pinned to ones the target takes (V2: docs/design.md#v2); a
+            # started cluster's draw avoids them instead (make_schedule's `refuses`).
+            if cluster is None:
+                targets = {**allowed_roles(refuses, weights, rf), **targets}
+            refuse_unsupported(refuses, used, replay, targets)
+        for f in used if cluster is None and system == "chaoslog" else ():
+            why = injectors.unsupported(f, backend=backend, proxied=spec.proxied,
+                                        zookeepers=spec.zookeepers)
+            if why:
+                raise Refused(f"{why} (backend {backend})")
+        if self.mechanism == "iptables" and backend != "docker" and any(
+                injectors.kind(f).family == "partition" for f in used):
+            raise Refused("--mechanism iptables needs the docker backend")
+        nodes = (cluster.spec if cluster is not None else spec).node_names()
+        for step in replay.steps if replay is not None else ():
+            if step.target:
+                try:
+                    Target.parse(step.target).check_against(nodes)
+                except TargetError as e:
+                    raise Refused(f"the schedule's {step.fault} at {step.at_s:g}s targets "
+                                  f"{step.target}: {e}") from None
+        for f, role in targets.items():
+            if f not in weights:
+                raise Refused(f"--target {f}={role}: {f} is not among --faults")
+            if f in recipes.RECIPES:
+                raise Refused(f"--target {f}={role}: {f} is a recipe, its steps choose their own "
+                              f"roles")
+            try:
+                Target.parse(role).check_against(nodes)
+            except TargetError as e:
+                raise Refused(f"--target {f}={role}: {e}") from None
+        if draw is not None:
+            self._check_draw(draw, weights)
+        schedule = replay or self._drawn(draw, weights, targets, spec,
+                                         refuses if cluster is not None else None)
+        if w.commit != "manual" and w.sub_via != "subscribe":
+            raise Refused(f"--commit {w.commit}: only consumers of a group commit "
+                          f"(--sub-via subscribe)")
+        for t in w.topics:
+            if not all(c.isalnum() or c in "._-" for c in t) or not 0 < len(t) <= 200:
+                raise Refused(f"--topics: {t!r} is not a valid topic name")
+        return replace(self, cluster=spec, backend=backend, schedule=schedule)
+
+    @staticmethod
+    def _check_draw(draw: Draw, weights: dict[str, float]) -> None:
+        for key, params in draw.params.items():
+            for k, v in params.items():
+                if key not in weights or not k or key in recipes.RECIPES:
+                    raise Refused(f"--param {key}{'.' + k if k else ''}={v}: expected "
+                                  f"FAULT.KEY=VALUE for a fault among --faults (recipes take none)")
+        for what, (lo, hi) in (("--interval", draw.interval_s),
+                               ("--fault-duration", draw.fault_duration_s)):
+            if lo > hi or lo < 0:
+                raise Refused(f"{what} '{lo:g},{hi:g}': expected SECONDS or MIN,MAX with "
+                              f"MIN <= MAX")
+
+    def _drawn(self, draw: Draw, weights: dict[str, float], targets: dict[str, str],
+               spec: ClusterSpec, refuses: Callable[[str, str | None], str | None] | None
+               ) -> Schedule:
+        import random
+        seed = draw.seed if draw.seed is not None else random.SystemRandom().randrange(2**31)
+        try:
+            return make_schedule(seed, weights, duration_s=draw.duration_s,
+                                 interval_s=draw.interval_s, fault_duration_s=draw.fault_duration_s,
+                                 quiet_s=self.quiet_s, brokers=spec.brokers,
+                                 zookeepers=spec.zookeepers,
+                                 replication_factor=self.replication_factor, targets=targets,
+                                 params=draw.params, overlap=draw.overlap,
+                                 lag_s=recipes.lag_s_of(spec.broker_config), refuses=refuses)
+        except FaultError as e:
+            raise Refused(str(e)) from None
+
+
+# -- a spec's data form: the fields `from_data` takes -------------------------------------
+
+RUN_FIELDS = ("cluster", "backend", "replication_factor", "workload", "schedule", "quiet_s",
+              "final_timeout_s", "settle_s", "mechanism", "checker")
+# Keys WorkloadSpec.to_json adds for readers of run.json; not fields.
+WORKLOAD_DERIVED = ("acks", "idempotence", "partitions")
+
+
+def _known(d: Any, fields: Any, where: str) -> None:
+    _table(d, where or "a run's spec")
+    unknown = sorted(set(d) - set(fields))
+    if unknown:
+        raise Refused(f"{where + '.' if where else ''}{unknown[0]}: not a field of "
+                      f"{where or 'a run spec'} ({', '.join(fields)})")
+
+
+def _table(d: Any, where: str) -> None:
+    if not isinstance(d, Mapping):
+        raise Refused(f"{where}: a table of fields, not {d!r}")
+
+
+def _value(v: Any, conv: Callable[[Any], Any], where: str) -> Any:
+    try:
+        return conv(v)
+    except (TypeError, ValueError):
+        raise Refused(f"{where}: {v!r} is not {KINDS[conv]}") from None
+
+
+KINDS = {int: "a whole number", float: "a number", str: "a text"}
+
+
+def _producer(d: Any, where: str) -> ProducerSettings:
+    _known(d, [f.name for f in fields(ProducerSettings)], where)
+    try:
+        return ProducerSettings(**d)
+    except ValueError as e:
+        raise Refused(f"{where}: {e}") from None
+
+
+def _workload(d: Mapping[str, Any]) -> WorkloadSpec:
+    _known(d, [f.name for f in fields(WorkloadSpec)], "workload")
+    plain = dict(d)
+    topics = plain.get("topics", {"t": 3})
+    _table(topics, "workload.topics")
+    plain["topics"] = {str(t): _value(n, int, f"workload.topics.{t}") for t, n in topics.items()}
+    plain["producer"] = _producer(plain.get("producer") or {}, "workload.producer")
+    plain["mix"] = mix_of(plain.get("mix") or (), plain["producer"])
+    try:
+        return WorkloadSpec(**plain)
+    except (TypeError, ValueError) as e:
+        raise Refused(f"workload: {e}") from None
+
+
+def _schedule(d: Mapping[str, Any]) -> Schedule | Draw:
+    """A Schedule when `d` has steps (a replay), else the Draw it describes."""
+    _table(d, "schedule")
+    if "steps" in d:
+        return Schedule.from_json(d)
+    _known(d, [f.name for f in fields(Draw)], "schedule")
+    plain = dict(d)
+    for key in ("interval_s", "fault_duration_s"):
+        if key in plain:   # SECONDS or [MIN, MAX]
+            v = plain[key]
+            pair = [v] if isinstance(v, (int, float, str)) else list(v)
+            if len(pair) not in (1, 2):
+                raise Refused(f"schedule.{key}: SECONDS or [MIN, MAX], not {v!r}")
+            lo, hi = [_value(x, float, f"schedule.{key}") for x in (pair * 2)[:2]]
+            plain[key] = (lo, hi)
+    for key, conv in (("duration_s", float), ("overlap", int), ("seed", int)):
+        if plain.get(key) is not None:
+            plain[key] = _value(plain[key], conv, f"schedule.{key}")
+    for key in ("targets", "params"):
+        _table(plain.get(key, {}), f"schedule.{key}")
+    return Draw(**plain)
+
+
+# -- what a target refuses -------------------------------------------------------------
+
+def _default_backend() -> str:
+    try:
+        from harness.backends import default_backend
+        return default_backend()
+    except Exception:  # noqa: BLE001 - no docker module or engine: local
+        return "local"
+
+
+def _refusal(spec: ClusterSpec) -> Callable[[str, str | None], str | None] | None:
+    """What the target of `spec` refuses before it exists: `refuses(fault,
+    target)`, the reason or None (harness.backends.base.Cluster.refuses);
+    None when the built-in broker in controller coordination takes everything."""
+    from harness.backends.external import ExternalCluster, ExternalSpec
+    from harness.backends.tansu import TansuSpec, refusal
+    if isinstance(spec, ExternalSpec):
+        return ExternalCluster(spec).refuses
+    if isinstance(spec, TansuSpec):
+        return refusal
+    return v2_refusal if is_v2(spec.broker_config) else None
+
+
+def allowed_roles(refuses: Callable[[str, str | None], str | None], weights: dict[str, float],
+                  replication_factor: int) -> dict[str, str]:
+    """For each drawn fault some of whose catalogue roles the target refuses
+    (tansu: every role read from Metadata), the first role it takes, pinned:
+    a drawn schedule then holds only steps the target can run."""
+    pins = {}
+    for fault in weights:
+        if fault in recipes.RECIPES:
+            continue
+        roles = injectors.roles_for(fault, brokers=3, zookeepers=0,
+                                    replication_factor=replication_factor)
+        allowed = [r for r in roles if refuses(fault, r) is None]
+        if allowed and len(allowed) < len(roles) and allowed[0] is not None:
+            pins[fault] = allowed[0]
+    return pins
+
+
+def refuse_unsupported(refuses: Callable[[str, str | None], str | None], faults: list[str],
+                       replay: Schedule | None, pins: dict[str, str]) -> None:
+    """Every fault of the run (aimed at its pinned or replayed roles) the
+    target can do, or Refused with the target's first reason."""
+    aimed = [(s.fault, s.target) for s in replay.steps] if replay is not None else []
+    aimed += [(f, pins.get(f)) for f in faults]
+    for fault, target in aimed:
+        why = refuses(fault, target)
+        if why:
+            raise Refused(why)
+
+
+class RunTimes:
+    """How long a whole run of a spec takes: its schedule and quiet period,
+    plus the overhead around them (cluster start, topics, final reads,
+    evidence, the check), learned from the runs made so far: the largest
+    seen, RUN_OVERHEAD_S until one is. Budgets (campaigns, shrinks) start
+    only runs that fit."""
+
+    def __init__(self) -> None:
+        self.overheads: list[float] = []
+
+    def expected_s(self, spec: RunSpec) -> float:
+        overhead = max(self.overheads) if self.overheads else RUN_OVERHEAD_S
+        return spec.schedule.duration_s + spec.quiet_s + overhead
+
+    def record(self, spec: RunSpec, elapsed_s: float) -> None:
+        self.overheads.append(max(0.0, elapsed_s - spec.schedule.duration_s - spec.quiet_s))
 
 
 class Run:
@@ -455,27 +838,35 @@ class Run:
 
 # -- the whole run, from a spec ---------------------------------------------------------
 
-EXIT_VALID, EXIT_INVALID, EXIT_REFUSED, EXIT_UNKNOWN, EXIT_HARNESS = 0, 1, 2, 3, 4
-EXIT_INTERRUPTED = 130
-
-
 @dataclass
 class RunResult:
     run_dir: Path
-    exit_code: int
+    exit_code: int                      # reports/exit_codes.py
     verdict: Any = None                 # reports' Verdict, when a checker ran
     outcome: dict[str, Any] = field(default_factory=dict)
+
+    def fatal(self) -> set[str] | None:
+        """The fatal anomaly types its verdict found; None when the run
+        could not be judged (harness error, no checker)."""
+        summary = getattr(self.verdict, "summary", None)
+        return set(summary.get("fatal") or []) if summary else None
 
 
 def execute(spec: RunSpec, *, log: Callable[[str], None] = log_line,
             on_start: Callable[[Run], None] | None = None) -> RunResult:
-    """One whole run from a spec: cluster up, topics, workload, nemesis,
-    finish, cluster down, checker. Everything started is undone, whatever
-    fails. `on_start` sees the Run as soon as it exists (a progress line)."""
+    """One whole run from a spec: validated (a spec built by hand too),
+    cluster up, topics, workload, nemesis, finish, cluster down, checker.
+    Everything started is undone, whatever fails. `on_start` sees the Run as
+    soon as it exists (a progress line)."""
     from harness.backends import make_cluster
 
     run_id = new_run_id()
     run_dir = Path(spec.out) if spec.out else Path("runs") / run_id
+    try:
+        spec = spec.validate()
+    except Refused as e:
+        log(f"error: {e}")
+        return RunResult(run_dir, EXIT_REFUSED, outcome={"error": str(e)})
     if (run_dir / "history.jsonl").exists():
         log(f"error: {run_dir} already holds a history")
         return RunResult(run_dir, EXIT_REFUSED)
@@ -486,7 +877,7 @@ def execute(spec: RunSpec, *, log: Callable[[str], None] = log_line,
     except Exception as e:  # noqa: BLE001 - ClusterError says what to do
         log(f"error: {e}")
         return RunResult(run_dir, EXIT_REFUSED)
-    code = EXIT_HARNESS
+    code = EXIT_ERROR
     run: Run | None = None
     try:
         log(f"reaching the external cluster at {getattr(spec.cluster, 'bootstrap', '')}"
@@ -508,7 +899,7 @@ def execute(spec: RunSpec, *, log: Callable[[str], None] = log_line,
             run.start_nemesis(spec.schedule)
             run.finish(quiet_s=spec.quiet_s, final_timeout_s=spec.final_timeout_s,
                        settle_s=spec.settle_s)
-        code = EXIT_VALID if run.final and run.final.complete else EXIT_UNKNOWN
+        code = EXIT_OK if run.final and run.final.complete else EXIT_UNKNOWN
     except KeyboardInterrupt:
         log("interrupted; cleaning up")
         code = EXIT_INTERRUPTED
@@ -522,10 +913,8 @@ def execute(spec: RunSpec, *, log: Callable[[str], None] = log_line,
         except Exception as e:  # noqa: BLE001
             log(f"destroying the cluster: {e}")
     outcome = run.outcome if run is not None else {}
-    if code not in (EXIT_VALID, EXIT_UNKNOWN) or not spec.checker:
+    if code not in (EXIT_OK, EXIT_UNKNOWN) or not spec.checker:
         return RunResult(run_dir, code, outcome=outcome)
     log(f"checking the history ({spec.checker} checker)")
     verdict = run.check(spec.checker)
-    code = {"valid": EXIT_VALID, "invalid": EXIT_INVALID, "unknown": EXIT_UNKNOWN}.get(
-        verdict.verdict, EXIT_HARNESS)
-    return RunResult(run_dir, code, verdict, outcome)
+    return RunResult(run_dir, of_verdict(verdict.verdict), verdict, outcome)

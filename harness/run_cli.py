@@ -1,44 +1,40 @@
 """`chaoslog run`: one chaos run from the command line.
 
-The options become a RunSpec (harness/run.py) after every check that can be
-made before anything starts: unknown faults, impossible replication factors,
-faults the backend cannot do are refused in one line. Then harness.run.execute
+The options map onto a RunSpec (harness/run.py), field by field: the CLI
+only reads their text (KEY=VALUE, S or MIN,MAX, a count or names, the files
+--spec, --schedule and --commands name) and calls RunSpec.validate, where
+every rule of a run lives (unknown faults, impossible replication factors,
+faults the backend cannot do: refused in one line). Then harness.run.execute
 does the run: cluster up, topics, the workload and the nemesis, the final
 heal, a quiet period, final reads, logs and a ZooKeeper dump into the run
 directory, the checker, the verdict.
 
-Exit codes: 0 valid, 1 anomalies found, 2 settings refused, 3 verdict unknown
-(final reads incomplete or no checker), 4 the harness failed.
+Exit codes (reports/exit_codes.py): 0 valid, 1 anomalies found, 2 settings
+refused, 3 verdict unknown (final reads incomplete or no checker), 4 the
+harness failed.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from cluster.config import BrokerConfig, ConfigError
 from faults import injectors, recipes
 from faults.injectors.base import FaultError
-from faults.nemesis import Schedule, make_schedule, parse_weights
-from faults.targets import Target, TargetError
-from harness.backends.base import ClusterSpec, is_v2, v2_refusal
+from faults.nemesis import Schedule
+from harness.backends.base import ClusterSpec
 from harness.progress import Progress
-from harness.run import (EXIT_HARNESS, EXIT_REFUSED, EXIT_VALID, RunSpec, execute,
-                         log_line)
+from harness.run import Draw, Refused, RunSpec, execute, log_line, mix_of
 from harness.workload import WorkloadSpec
 from harness.workload.clients import CLIENTS, ProducerSettings
 from harness.workload.group import COMMIT_MODES, SUB_VIA
+from reports.exit_codes import EXIT_ERROR, EXIT_OK, EXIT_REFUSED
 
 
-class Refused(ValueError):
-    """Settings that cannot work; the message is the one-line reason."""
-
-
-# -- parsing helpers ----------------------------------------------------------------------
+# -- reading the options' text ------------------------------------------------------------
 
 def kv_list(items: list[str] | None, what: str) -> dict[str, str]:
     out = {}
@@ -61,13 +57,14 @@ def param_value(v: str) -> Any:
 
 
 def _range(text: str, what: str) -> tuple[float, float]:
+    """S or MIN,MAX (RunSpec.validate checks MIN <= MAX)."""
     try:
         parts = [float(x) for x in text.split(",")]
     except ValueError:
         raise Refused(f"{what} {text!r}: expected SECONDS or MIN,MAX") from None
     if len(parts) == 1:
         parts *= 2
-    if len(parts) != 2 or parts[0] > parts[1] or parts[0] < 0:
+    if len(parts) != 2:
         raise Refused(f"{what} {text!r}: expected SECONDS or MIN,MAX with MIN <= MAX")
     return parts[0], parts[1]
 
@@ -75,6 +72,8 @@ def _range(text: str, what: str) -> tuple[float, float]:
 def topics_of(text: str, partitions: int) -> dict[str, int]:
     """--topics: a count ("3": t0, t1, t2) or names ("orders,audit")."""
     text = text.strip()
+    if partitions < 1:
+        raise Refused(f"--partitions {partitions}: at least 1")
     if text.isdigit():
         n = int(text)
         if n < 1:
@@ -82,35 +81,9 @@ def topics_of(text: str, partitions: int) -> dict[str, int]:
         names = [f"t{i}" for i in range(n)] if n > 1 else ["t"]
     else:
         names = [t.strip() for t in text.split(",") if t.strip()]
-    for t in names:
-        if not all(c.isalnum() or c in "._-" for c in t) or len(t) > 200:
-            raise Refused(f"--topics: {t!r} is not a valid topic name")
     if len(set(names)) != len(names):
         raise Refused("--topics: a topic is named twice")
     return {t: partitions for t in names}
-
-
-MIX = {"all": {"acks": "all"}, "1": {"acks": "1"}, "0": {"acks": "0"},
-       "idempotent": {"acks": "all", "idempotent": True, "max_in_flight": 5}}
-
-
-def mix_of(text: str, base: ProducerSettings) -> tuple[ProducerSettings, ...]:
-    """--mix: producer kinds in turn, each `base` with its acks/idempotence."""
-    out = []
-    for kind in filter(None, (k.strip() for k in text.split(","))):
-        if kind not in MIX:
-            raise Refused(f"--mix: {kind!r} is not one of {', '.join(MIX)}")
-        out.append(ProducerSettings(**{**asdict(base), "retries": 0, "idempotent": False,
-                                       **MIX[kind]}))
-    return tuple(out)
-
-
-def default_backend() -> str:
-    try:
-        from harness.backends import default_backend as probe
-        return probe()
-    except Exception:  # noqa: BLE001 - no docker module or engine: local
-        return "local"
 
 
 # -- the system under test ---------------------------------------------------------------
@@ -131,33 +104,19 @@ def target_system(items: list[str]) -> tuple[str, list[str]]:
     return (systems[0] if systems else "chaoslog"), [i for i in items if "=" in i]
 
 
-def other_target(system: str, a: argparse.Namespace) -> Any:
-    """The cluster spec of a system other than the built-in broker (tansu,
-    an external cluster), checked; None for the built-in one."""
+def cluster_of(system: str, a: argparse.Namespace, broker_config: dict[str, str]) -> ClusterSpec:
+    """The cluster spec of --target and the cluster options."""
     if system != "external" and (a.bootstrap or a.commands):
         raise Refused("--bootstrap and --commands go with --target external")
-    if system == "chaoslog":
-        return None
-    if a.backend:
-        raise Refused(f"--backend {a.backend}: --target {system} runs where it runs; drop "
-                      "--backend")
-    if a.broker_config:
-        raise Refused(f"--broker-config: it configures the built-in broker, not {system}'s")
-    return external_spec(a) if system == "external" else tansu_spec(a)
+    if system == "external":
+        return external_spec(a, broker_config)
+    if system == "tansu":
+        from harness.backends.tansu import TansuSpec
+        return TansuSpec(brokers=a.brokers, broker_config=broker_config)
+    return ClusterSpec(brokers=a.brokers, zookeepers=a.zookeepers, broker_config=broker_config)
 
 
-def tansu_spec(a: argparse.Namespace) -> Any:
-    """tansu brokers over one PostgreSQL (docs/targets.md): they share one
-    storage and keep no replicas of their own."""
-    from harness.backends.tansu import TansuSpec
-    if a.replication_factor != 1:
-        raise Refused(f"--replication-factor {a.replication_factor}: tansu's brokers keep no "
-                      "replicas of their own (one PostgreSQL stores every record); use "
-                      "--replication-factor 1")
-    return TansuSpec(brokers=a.brokers)
-
-
-def external_spec(a: argparse.Namespace) -> Any:
+def external_spec(a: argparse.Namespace, broker_config: dict[str, str]) -> Any:
     """The external cluster of --bootstrap and --commands, its brokers listed
     by its own Metadata (so that targets can be checked now)."""
     from harness.backends.base import ClusterError, broker_id_of
@@ -171,53 +130,15 @@ def external_spec(a: argparse.Namespace) -> Any:
         ids = sorted(broker_id_of(n) for n in proxies) if proxies else sorted(discover(a.bootstrap))
         spec = ExternalSpec(bootstrap=a.bootstrap, commands=commands, node_commands=per_node,
                             broker_ids=ids, brokers=len(ids), proxies=proxies,
-                            proxied=bool(proxies))
+                            proxied=bool(proxies), broker_config=broker_config)
         for table, nodes in (("nodes", per_node), ("proxy", proxies)):
             unknown = sorted(set(nodes) - set(spec.node_names()))
             if unknown:
                 raise ClusterError(f"--commands {a.commands}: [{table}.{unknown[0]}] is not a "
                                    f"broker of the cluster ({', '.join(spec.node_names())})")
-        spec.validate()
     except ClusterError as e:
         raise Refused(str(e)) from None
     return spec
-
-
-def refusal_of(spec: Any) -> Callable[[str, str | None], str | None]:
-    """What the target of `spec` refuses: `refuses(fault, target)`, the
-    reason or None (harness.backends.base.Cluster.refuses)."""
-    from harness.backends.external import ExternalCluster, ExternalSpec
-    from harness.backends.tansu import refusal
-    return ExternalCluster(spec).refuses if isinstance(spec, ExternalSpec) else refusal
-
-
-def allowed_roles(refuses: Callable[[str, str | None], str | None], weights: dict[str, float],
-                  replication_factor: int) -> dict[str, str]:
-    """For each drawn fault some of whose catalogue roles the target refuses
-    (tansu: every role read from Metadata), the first role it takes, pinned:
-    a drawn schedule then holds only steps the target can run."""
-    pins = {}
-    for fault in weights:
-        if fault in recipes.RECIPES:
-            continue
-        roles = injectors.roles_for(fault, brokers=3, zookeepers=0,
-                                    replication_factor=replication_factor)
-        allowed = [r for r in roles if refuses(fault, r) is None]
-        if allowed and len(allowed) < len(roles) and allowed[0] is not None:
-            pins[fault] = allowed[0]
-    return pins
-
-
-def refuse_unsupported(refuses: Callable[[str, str | None], str | None], faults: list[str],
-                       replay: Schedule | None, pins: dict[str, str]) -> None:
-    """Every fault of the run (aimed at its pinned or replayed roles) the
-    target can do, or Refused with the target's first reason."""
-    aimed = [(s.fault, s.target) for s in replay.steps] if replay is not None else []
-    aimed += [(f, pins.get(f)) for f in faults]
-    for fault, target in aimed:
-        why = refuses(fault, target)
-        if why:
-            raise Refused(why)
 
 # -- the parser --------------------------------------------------------------------------
 
@@ -331,14 +252,13 @@ def load_spec(path: str) -> RunSpec:
     return spec
 
 
-def _check_faults(option: str, path: str, schedule: Schedule) -> None:
-    for step in schedule.steps:
+def _check_faults(option: str, path: str, schedule: Any) -> None:
+    """The file's faults are the catalogue's (named with the file)."""
+    for step in getattr(schedule, "steps", ()):
         try:
             injectors.kind(step.fault)
         except FaultError as e:
             raise Refused(f"{option} {path}: {e}") from None
-    if schedule.duration_s <= 0 or schedule.quiet_s < 0:
-        raise Refused(f"{option} {path}: duration_s must be positive and quiet_s not negative")
 
 
 def load_schedule(path: str) -> Schedule:
@@ -372,130 +292,53 @@ def replay_spec(a: argparse.Namespace, defaults: argparse.Namespace) -> RunSpec:
                    checker=None if a.no_analysis else (spec.checker or "spark"))
 
 
-def spec_from_args(a: argparse.Namespace) -> RunSpec:
-    """Everything `run` needs, checked; raises Refused with the reason."""
+def spec_of_options(a: argparse.Namespace) -> RunSpec:
+    """The options as a RunSpec, field by field, not yet validated."""
     if getattr(a, "spec", None):
         return replay_spec(a, _defaults())
     replay = load_schedule(a.schedule) if a.schedule else None
+    system, pins = target_system(a.target)
     if replay is not None:
         given = [f"--{k.replace('_', '-')}" for k, default in DRAWING.items()
-                 if (target_system(a.target)[1] if k == "target" else getattr(a, k)) != default]
+                 if (pins if k == "target" else getattr(a, k)) != default]
         if given:
             raise Refused(f"--schedule replays a schedule as it is: drop {', '.join(given)}")
-        a.duration, a.quiet = replay.duration_s, replay.quiet_s
-    system, pins = target_system(a.target)
-    other = other_target(system, a)     # the spec of a system other than the built-in one
-    if other is not None:
-        a.brokers, a.zookeepers = other.brokers, 0
-    if a.brokers < 1:
-        raise Refused(f"--brokers {a.brokers}: at least 1")
-    if a.partitions < 1:
-        raise Refused(f"--partitions {a.partitions}: at least 1")
-    if not 1 <= a.replication_factor <= a.brokers:
-        raise Refused(f"--replication-factor {a.replication_factor} with {a.brokers} broker(s): "
-                      f"it must be between 1 and the broker count")
-    if a.duration <= 0:
-        raise Refused("--duration must be positive")
-    if a.producers < 1 or a.slots < 1 or a.consumers < 0 or a.fetchers < 0:
-        raise Refused("--producers and --slots must be at least 1, --consumers and --fetchers "
-                      "at least 0")
-    if a.overlap < 1:
-        raise Refused(f"--overlap {a.overlap}: at least 1 lane")
-    if a.crash_clients < 0:
-        raise Refused("--crash-clients: seconds, 0 for never")
-    broker_config = kv_list(a.broker_config, "--broker-config")
-    try:
-        BrokerConfig.from_dict(dict(broker_config))
-    except ConfigError as e:
-        raise Refused(f"--broker-config: {e}") from None
-    min_isr = int(broker_config.get("min.insync.replicas", 1))
-    if min_isr > a.replication_factor:
-        raise Refused(f"min.insync.replicas={min_isr} is above --replication-factor "
-                      f"{a.replication_factor}: no acks=all write could ever succeed")
-    try:
-        weights = (parse_weights([s.fault for s in replay.steps]) if replay is not None
-                   else parse_weights([f for f in a.faults.split(",") if f.strip()]))
-    except FaultError as e:
-        raise Refused(str(e)) from None
-    backend = system if other else (a.backend or default_backend())
-    used = sorted(recipes.faults_of(weights))   # the recipes' faults too
-    # Links through the proxy when a fault needs them: link toxics on any
-    # backend; partitions on the local backend (docker cuts them with iptables).
-    needs_link = any("proxy" in injectors.kind(f).needs for f in used)
-    needs_net = any("net" in injectors.kind(f).needs for f in used)
-    proxied = needs_link or a.mechanism == "proxy" or (
-        needs_net and backend == "local" and a.mechanism != "iptables")
-    targets = kv_list(pins, "--target")
-    refuses = refusal_of(other) if other is not None else (
-        v2_refusal if is_v2(broker_config) else None)
-    if refuses is not None:
-        targets = {**allowed_roles(refuses, weights, a.replication_factor), **targets}
-        refuse_unsupported(refuses, used, replay, targets)
-    for f in used if other is None else ():
-        why = injectors.unsupported(f, backend=backend, proxied=proxied, zookeepers=a.zookeepers)
-        if why:
-            raise Refused(f"{why} (backend {backend})")
-    if a.mechanism == "iptables" and backend != "docker" and any(
-            injectors.kind(f).family == "partition" for f in used):
-        raise Refused("--mechanism iptables needs the docker backend")
-    cluster = other or ClusterSpec(brokers=a.brokers, zookeepers=a.zookeepers,
-                                      broker_config=dict(broker_config), proxied=proxied)
-    for step in replay.steps if replay is not None else ():
-        if step.target:
-            try:
-                Target.parse(step.target).check_against(cluster.node_names())
-            except TargetError as e:
-                raise Refused(f"--schedule: the {step.fault} at {step.at_s:g}s targets "
-                              f"{step.target}: {e}") from None
-    for f, role in targets.items():
-        if f not in weights:
-            raise Refused(f"--target {f}={role}: {f} is not among --faults")
-        if f in recipes.RECIPES:
-            raise Refused(f"--target {f}={role}: {f} is a recipe, its steps choose their own roles")
-        try:
-            Target.parse(role).check_against(cluster.node_names())
-        except TargetError as e:
-            raise Refused(f"--target {f}={role}: {e}") from None
     params: dict[str, dict[str, Any]] = {}
     for key, v in kv_list(a.param, "--param").items():
         f, _, k = key.partition(".")
-        if f not in weights or not k or f in recipes.RECIPES:
-            raise Refused(f"--param {key}={v}: expected FAULT.KEY=VALUE for a fault among --faults "
-                          f"(recipes take none)")
         params.setdefault(f, {})[k] = param_value(v)
     try:
         producer = ProducerSettings(acks=a.acks, retries=a.retries, idempotent=a.idempotent,
                                     max_in_flight=a.max_in_flight,
                                     request_timeout_ms=a.request_timeout_ms,
                                     delivery_timeout_ms=a.delivery_timeout_ms)
-    except ValueError as e:
-        raise Refused(str(e)) from None
-    seed = a.seed if a.seed is not None else random.SystemRandom().randrange(2**31)
-    try:
-        schedule = replay or make_schedule(seed, weights, duration_s=a.duration,
-                                 interval_s=_range(a.interval, "--interval"),
-                                 fault_duration_s=_range(a.fault_duration, "--fault-duration"),
-                                 quiet_s=a.quiet, brokers=a.brokers, zookeepers=a.zookeepers,
-                                 replication_factor=a.replication_factor, targets=targets,
-                                 params=params, overlap=a.overlap,
-                                 lag_s=recipes.lag_s_of(broker_config))
-    except FaultError as e:
-        raise Refused(str(e)) from None
-    if a.commit != "manual" and a.sub_via != "subscribe":
-        raise Refused(f"--commit {a.commit}: only consumers of a group commit (--sub-via subscribe)")
-    try:
         workload = WorkloadSpec(topics_of(a.topics, a.partitions), client=a.client,
                                 producers=a.producers, slots=a.slots, consumers=a.consumers,
-                                rate=a.rate, producer=producer, mix=mix_of(a.mix, producer),
+                                rate=a.rate, producer=producer,
+                                mix=mix_of([k.strip() for k in a.mix.split(",") if k.strip()],
+                                           producer),
                                 fetchers=a.fetchers, crash_every_s=a.crash_clients,
                                 sub_via=a.sub_via, commit=a.commit)
     except ValueError as e:
         raise Refused(str(e)) from None
-    return RunSpec(cluster=cluster, backend=backend, replication_factor=a.replication_factor,
-                   workload=workload, schedule=schedule, quiet_s=a.quiet,
+    schedule = replay or Draw(faults=[f for f in a.faults.split(",") if f.strip()], seed=a.seed,
+                              duration_s=a.duration,
+                              interval_s=_range(a.interval, "--interval"),
+                              fault_duration_s=_range(a.fault_duration, "--fault-duration"),
+                              overlap=a.overlap, targets=kv_list(pins, "--target"),
+                              params=params)
+    return RunSpec(cluster=cluster_of(system, a, kv_list(a.broker_config, "--broker-config")),
+                   backend=a.backend, replication_factor=a.replication_factor,
+                   workload=workload, schedule=schedule,
+                   quiet_s=replay.quiet_s if replay is not None else a.quiet,
                    final_timeout_s=a.final_timeout, mechanism=a.mechanism,
                    checker=None if a.no_analysis else "spark",
                    out=Path(a.out) if a.out else None)
+
+
+def spec_from_args(a: argparse.Namespace) -> RunSpec:
+    """Everything `run` needs, checked (RunSpec.validate); Refused says why not."""
+    return spec_of_options(a).validate()
 
 
 def _defaults() -> argparse.Namespace:
@@ -522,7 +365,7 @@ def print_schedule(schedule: Schedule, as_json: bool) -> None:
 def cmd_run(a: argparse.Namespace) -> int:
     if a.list_faults:
         print_catalogue()
-        return EXIT_VALID
+        return EXIT_OK
     try:
         spec = spec_from_args(a)
     except Refused as e:
@@ -530,7 +373,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         return EXIT_REFUSED
     if a.print_schedule:
         print_schedule(spec.schedule, a.json)
-        return EXIT_VALID
+        return EXIT_OK
     return run_and_report(spec)
 
 
@@ -549,4 +392,4 @@ def run_and_report(spec: RunSpec) -> int:
         print_verdict(result.verdict)
     elif spec.checker is None and result.exit_code in (0, 3):
         log_line(f"history in {result.run_dir}/history.jsonl (analysis skipped)")
-    return result.exit_code if result.exit_code is not None else EXIT_HARNESS
+    return result.exit_code if result.exit_code is not None else EXIT_ERROR

@@ -12,7 +12,7 @@ import pytest
 
 import harness.fault_cli as fault_cli
 import harness.run_cli as run_cli
-from harness.run import EXIT_REFUSED, EXIT_VALID
+from reports.exit_codes import EXIT_OK, EXIT_REFUSED
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -129,7 +129,7 @@ def test_fault_refuses_unknown_names(capsys):
 def test_list_faults_names_the_recipes_after_the_faults(capsys):
     from faults.injectors import CATALOGUE
     from faults.recipes import RECIPES
-    assert cli("run", "--list-faults") == EXIT_VALID
+    assert cli("run", "--list-faults") == EXIT_OK
     lines = capsys.readouterr().out.splitlines()
     first = [line.split()[0] for line in lines if line.strip()]
     assert first[:len(CATALOGUE)] == list(CATALOGUE)
@@ -147,7 +147,7 @@ def test_recipes_are_drawn_timed_by_the_broker_config_and_need_what_their_faults
     assert spec.cluster.proxied   # the recipe cuts a partition: on the local backend, through the proxy
     assert spec.schedule.settings["lag_s"] == 20.0
     assert any(s.recipe == "isr-shrink-then-leader-loss" for s in spec.schedule.steps)
-    assert cli(*argv, "--print-schedule") == EXIT_VALID
+    assert cli(*argv, "--print-schedule") == EXIT_OK
     assert "[isr-shrink-then-leader-loss]" in capsys.readouterr().out
 
 
@@ -168,7 +168,7 @@ def test_a_short_run_end_to_end(tmp_path, capsys):
     code = cli("run", "--backend", "local", "--duration", "12", "--faults", "kill,partition-isolate",
                "--interval", "1,2", "--fault-duration", "2,3", "--seed", "9", "--quiet", "2",
                "--rate", "30", "--producers", "1", "--out", str(out), "--no-analysis")
-    assert code == EXIT_VALID
+    assert code == EXIT_OK
     meta = json.loads((out / "run.json").read_text())
     assert meta["format"] == 1 and meta["seed"] == 9 and meta["outcome"] == "complete"
     assert meta["cluster"]["proxied"] is True          # partitions on local go through the proxy
@@ -196,7 +196,7 @@ def test_a_consumer_group_run_end_to_end(tmp_path, capsys):
                "--interval", "14,15", "--fault-duration", "3,4", "--seed", "5", "--quiet", "2",
                "--rate", "30", "--producers", "1", "--consumers", "2", "--sub-via", "subscribe",
                "--commit", "manual", "--crash-clients", "9", "--out", str(out), "--no-analysis")
-    assert code == EXIT_VALID
+    assert code == EXIT_OK
     groups = read_groups(out)
     assigns = [g for g in groups if g["kind"] == "assign"]
     assert len(assigns) > 2, assigns   # the first assignment of two members, and rebalances
@@ -321,7 +321,7 @@ def test_a_tansu_run_draws_only_what_tansu_can_do(capsys):
     can (random), faults it cannot run are refused with its reason."""
     assert cli("run", "--target", "tansu", "--replication-factor", "1", "--faults",
                "kill,pause,partition-isolate", "--duration", "120", "--seed", "1",
-               "--print-schedule", "--json") == EXIT_VALID
+               "--print-schedule", "--json") == EXIT_OK
     steps = json.loads(capsys.readouterr().out)["steps"]
     assert {s["fault"] for s in steps} == {"kill", "pause", "partition-isolate"}
     assert {s["target"] for s in steps} == {"random"}
