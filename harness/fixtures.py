@@ -4,7 +4,9 @@ They are thin adapters over harness.run.Run, the one composition of a run
 that `chaoslog run` and `chaoslog demo` use too, bound to the `cluster`
 fixture of the chaoslog plugin and to the test's own directory (tmp_path:
 history.jsonl, run.json, logs/, zookeeper.json). A suite test states only
-what differs: broker config (a marker), faults, the expected verdict.
+what differs: broker config (a marker), faults, the expected verdict. What
+it asks for becomes a RunSpec, checked by the same RunSpec.validate as a
+`chaoslog run` (against the started cluster: harness.run.Refused says why not).
 
     @pytest.mark.broker_config(**{"min.insync.replicas": 2})
     def test_no_loss_under_leader_kills(workload, nemesis):
@@ -34,12 +36,27 @@ from typing import Any, Iterable, Mapping
 
 import pytest
 
-from faults import recipes
-from faults.nemesis import Nemesis, Schedule, make_schedule
+from faults.nemesis import Nemesis, Schedule
 from harness.history import HistoryRecorder
-from harness.run import Run
+from harness.run import Draw, Run, RunSpec
 from harness.workload import WorkloadSpec
 from harness.workload.clients import ProducerSettings
+
+
+def checked(run: Run, replication_factor: int, workload: WorkloadSpec | None,
+            schedule: Schedule | Draw, quiet_s: float = 10.0) -> RunSpec:
+    """The spec of what a test asks of its Run, validated against the Run's
+    started cluster (RunSpec.validate): the same rules as `chaoslog run`."""
+    spec = RunSpec(cluster=run.cluster.spec, backend=run.cluster.backend,
+                   replication_factor=replication_factor,
+                   workload=workload or WorkloadSpec({"t": 3}), schedule=schedule,
+                   quiet_s=quiet_s)
+    return spec.validate(cluster=run.cluster)
+
+
+def replication_factor_of(run: Run) -> int:
+    """The run's replication factor once its topics exist, else the default."""
+    return run.meta["cluster"].get("replication_factor") or min(3, run.cluster.spec.brokers)
 
 
 @pytest.fixture
@@ -79,16 +96,18 @@ def workload(chaos_run: Run):
               assignment: Mapping[str, Mapping[int, list[int]]] | None = None) -> Run:
         topics = dict(topics or {"t": 3})
         rf = replication_factor or min(3, run.cluster.spec.brokers)
-        run.create_topics(topics, rf, assignment)
         base = dict(acks=acks, retries=retries, idempotent=idempotent,
                     max_in_flight=max_in_flight, request_timeout_ms=request_timeout_ms,
                     delivery_timeout_ms=delivery_timeout_ms)
-        run.start_workload(WorkloadSpec(
+        spec = checked(run, rf, WorkloadSpec(
             topics, client=client, producers=producers, slots=slots, consumers=consumers,
             rate=rate, producer=ProducerSettings(**base), fetchers=fetchers,
             mix=tuple(m if isinstance(m, ProducerSettings) else ProducerSettings(**{**base, **m})
                       for m in mix),
-            crash_every_s=crash_every_s, sub_via=sub_via, commit=commit))
+            crash_every_s=crash_every_s, sub_via=sub_via, commit=commit),
+            Schedule(seed=0, duration_s=1.0, quiet_s=0.0, steps=[]))
+        run.create_topics(topics, rf, assignment)
+        run.start_workload(spec.workload)
         return run
 
     return start
@@ -114,13 +133,14 @@ class NemesisFactory:
                  targets: Mapping[str, str] | None = None,
                  params: Mapping[str, Mapping[str, Any]] | None = None,
                  partition: tuple[str, int] | None = None, overlap: int = 1) -> Nemesis:
-        spec = self.run.cluster.spec
-        schedule = faults if isinstance(faults, Schedule) else make_schedule(
-            seed, faults, duration_s=duration, interval_s=interval, fault_duration_s=fault_duration,
-            quiet_s=quiet, brokers=spec.brokers, zookeepers=spec.zookeepers, targets=targets,
-            params=params, overlap=overlap, lag_s=recipes.lag_s_of(spec.broker_config),
-            refuses=self.run.cluster.refuses)
-        return self.run.start_nemesis(schedule, partition=partition)
+        run = self.run
+        asked = faults if isinstance(faults, Schedule) else Draw(
+            faults=faults, seed=seed, duration_s=duration, interval_s=tuple(interval),
+            fault_duration_s=tuple(fault_duration), overlap=overlap, targets=dict(targets or {}),
+            params={f: dict(p) for f, p in (params or {}).items()})
+        spec = checked(run, replication_factor_of(run),
+                       run.workload.spec if run.workload is not None else None, asked, quiet)
+        return run.start_nemesis(spec.schedule, partition=partition)
 
     def inject(self, fault: str, target: str | None = None, *,
                partition: tuple[str, int] | None = None, **params: Any) -> Any:
