@@ -1,31 +1,40 @@
 """Campaigns: randomized chaos runs back to back until a time budget is spent.
 
-A campaign file (TOML) names a matrix in the words of `chaoslog run`: each
-axis maps value names to `chaoslog run` options, and every run takes one
-value of each axis plus the base options, a fresh seed and its own output
-directory:
+A campaign file (TOML) names a matrix of runs as data. `[base]` holds the
+fields of a RunSpec (harness/run.py, `RunSpec.from_data`: the fields
+`chaoslog run`'s options map onto, in a run's run.json as `spec`) that every
+run has; each axis maps value names to tables of such fields. Every run
+takes the base, one value of each axis laid over it, a fresh seed and its
+own output directory:
 
     [campaign]
     name = "nightly"
     budget = "8h"
     seed = 1                     # the runs' seeds follow from it
-    base = ["--rate", "200"]
     checker = "reference"        # each run's verdict; a warehouse job checks again
     shrink = true                # shrink each failure (chaoslog shrink) ...
     shrink_budget = "30m"        # ... for at most this long
 
-    [axes.config]
-    fixed = ["--broker-config", "min.insync.replicas=2"]
-    seed-faithful = ["--broker-config", "min.insync.replicas=1", ...]
+    [base]
+    workload.rate = 200
+    schedule.interval_s = [2, 8]
 
-    [axes.faults]
-    everything = ["--faults", "kill:3,pause:2,zk-expire", "--overlap", "3"]
+    [axes.config.fixed]
+    cluster.broker_config = {"min.insync.replicas" = 2}
+
+    [axes.faults.everything]
+    schedule.faults = {kill = 3, pause = 2, zk-expire = 1}
+    schedule.overlap = 3
+
+A value's field replaces the base's, except in the tables `cluster`,
+`workload`, `workload.producer` and `schedule`, which are merged field by
+field (OVERLAID). A `schedule` without steps is drawn (harness.run.Draw).
 
 The runs walk the matrix's combinations in an order shuffled by the seed,
 so a short campaign still covers different cells; a long one goes round
-again with new seeds. Every combination is checked the way `chaoslog run`
-checks its options when the file is loaded, so a bad cell is refused before
-anything runs, not at 3 a.m.
+again with new seeds. Every combination is checked by RunSpec.validate when
+the file is loaded, so a bad cell is refused before anything runs, not at
+3 a.m.
 
 The campaign's state (campaign.json in its output directory) is written
 after every change, so a campaign killed at any moment resumes with the same
@@ -47,6 +56,9 @@ from typing import Any
 
 DEFAULT_FILE = Path(__file__).parent / "campaigns" / "nightly.toml"
 STATE_FILE = "campaign.json"
+# The tables of a spec's data merged field by field when a value is laid over the base.
+OVERLAID = ("cluster", "workload", "producer", "schedule")
+CAMPAIGN_KEYS = ("name", "budget", "seed", "checker", "shrink", "shrink_budget", "shrink_tries")
 
 
 class CampaignError(ValueError):
@@ -64,13 +76,30 @@ def parse_budget(text: str, what: str = "--budget") -> float:
     return float(m[1]) * UNITS[m[2] or "s"]
 
 
+def overlay(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`over` laid over `base`: its fields replace the base's, the tables of
+    OVERLAID merged field by field."""
+    out = dict(base)
+    for k, v in over.items():
+        if k in OVERLAID and isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = overlay(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+OLD_FORM = ("{where}: {what} is a list of `chaoslog run` options, the old form of a campaign; "
+            "a campaign now names RunSpec fields: a [base] table and [axes.NAME.VALUE] tables "
+            "(see harness/campaigns/nightly.toml)")
+
+
 @dataclass
 class Campaign:
     name: str
     budget_s: float
     seed: int
-    base: list[str]
-    axes: dict[str, dict[str, list[str]]]
+    base: dict[str, Any]
+    axes: dict[str, dict[str, dict[str, Any]]]
     checker: str = "reference"
     shrink: bool = True
     shrink_budget_s: float = 1800.0
@@ -93,19 +122,30 @@ class Campaign:
         c = d.get("campaign")
         if not isinstance(c, dict):
             raise CampaignError(f"{where}: no [campaign] table")
-        unknown = set(c) - {"name", "budget", "seed", "base", "checker", "shrink",
-                            "shrink_budget", "shrink_tries"}
+        if "base" in c:
+            raise CampaignError(OLD_FORM.format(where=where, what="[campaign] base"))
+        unknown = set(c) - set(CAMPAIGN_KEYS)
         if unknown:
             raise CampaignError(f"{where}: unknown [campaign] keys {', '.join(sorted(unknown))}")
+        unknown = set(d) - {"campaign", "base", "axes"}
+        if unknown:
+            raise CampaignError(f"{where}: unknown tables {', '.join(sorted(unknown))}: a campaign "
+                                f"has [campaign], [base] and [axes.NAME.VALUE]")
+        base = d.get("base") or {}
+        if not isinstance(base, dict):
+            raise CampaignError(f"{where}: [base] is a table of RunSpec fields")
         axes = d.get("axes") or {}
-        if not isinstance(axes, dict) or not all(
-                isinstance(v, dict) and v and all(_options(o) for o in v.values())
-                for v in axes.values()):
-            raise CampaignError(f"{where}: [axes.NAME] tables map value names to lists of "
-                                f"`chaoslog run` options, e.g. fixed = [\"--broker-config\", "
-                                f"\"min.insync.replicas=2\"]")
-        if not _options(c.get("base", [])):
-            raise CampaignError(f"{where}: base is a list of `chaoslog run` options")
+        for axis, values in (axes.items() if isinstance(axes, dict) else [("?", None)]):
+            if isinstance(values, dict):
+                for value, fields in values.items():
+                    if isinstance(fields, list):
+                        raise CampaignError(OLD_FORM.format(where=where,
+                                                            what=f"axes.{axis}.{value}"))
+            if not (isinstance(values, dict) and values
+                    and all(isinstance(f, dict) for f in values.values())):
+                raise CampaignError(f"{where}: [axes.{axis}.VALUE] tables map each value name to "
+                                    f"RunSpec fields, e.g. [axes.config.fixed] with "
+                                    f"cluster.broker_config = {{\"min.insync.replicas\" = 2}}")
         if c.get("checker", "reference") not in ("reference", "spark"):
             raise CampaignError(f"{where}: checker is reference or spark")
         try:
@@ -114,8 +154,8 @@ class Campaign:
         except ValueError as e:
             raise CampaignError(f"{where}: {e}") from None
         return cls(name=str(c.get("name") or Path(source).stem or "campaign"), budget_s=budget,
-                   seed=int(c.get("seed", 1)), base=list(c.get("base", [])),
-                   axes={a: {k: list(v) for k, v in sorted(vals.items())}
+                   seed=int(c.get("seed", 1)), base=dict(base),
+                   axes={a: {k: dict(v) for k, v in sorted(vals.items())}
                          for a, vals in sorted(axes.items())},
                    checker=c.get("checker", "reference"), shrink=bool(c.get("shrink", True)),
                    shrink_budget_s=shrink_budget, shrink_tries=int(c.get("shrink_tries", 2)),
@@ -134,10 +174,10 @@ class Campaign:
         cells = self.combinations()
         cell = cells[index % len(cells)]
         seed = random.Random(f"{self.seed}/{index}").randrange(2**31)
-        argv = list(self.base)
+        fields = self.base
         for axis, value in cell.items():
-            argv += self.axes[axis][value]
-        return PlannedRun(index, seed, cell, argv + ["--seed", str(seed)])
+            fields = overlay(fields, self.axes[axis][value])
+        return PlannedRun(index, seed, cell, overlay(fields, {"schedule": {"seed": seed}}))
 
 
 @dataclass
@@ -145,15 +185,11 @@ class PlannedRun:
     index: int
     seed: int
     cell: dict[str, str]
-    argv: list[str]          # `chaoslog run` options, without --out
+    fields: dict[str, Any]   # the RunSpec's data (RunSpec.from_data), without its output
 
     @property
     def label(self) -> str:
         return " × ".join(self.cell.values()) or "the base run"
-
-
-def _options(v: Any) -> bool:
-    return isinstance(v, list) and all(isinstance(x, str) for x in v)
 
 
 @dataclass

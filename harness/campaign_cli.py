@@ -10,8 +10,14 @@ campaign already has explains it (the same anomaly types, from the same
 fault kinds). Killed at any moment, the same command resumes:
 OUT/campaign.json says what ran; a shrink the kill interrupted starts over.
 
-Exit codes: 0 every run valid, 1 some run found an anomaly, 2 refused
-(bad file or arguments), 4 no run could be judged.
+The budget is a bound: a run that cannot end within what is left of it is
+not started (how long a run takes: harness.run.RunTimes, learned from the
+campaign's runs), and neither is a shrink or a confirming try; what was not
+done for lack of time is recorded as "not done: out of time", once.
+
+Exit codes (reports/exit_codes.py): 0 every run judged valid, 1 some run
+found an anomaly, 2 refused (bad file or arguments), 3 no run could be
+judged.
 """
 from __future__ import annotations
 
@@ -23,33 +29,21 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
-from harness import run_cli
 from harness.campaign import (DEFAULT_FILE, Campaign, CampaignError, CampaignState,
-                              PlannedRun, parse_budget)
-from harness.run import RunSpec, execute, log_line
-
-EXIT_VALID, EXIT_INVALID, EXIT_REFUSED, EXIT_NOTHING = 0, 1, 2, 4
-# A run is not started when less than its length plus this remains.
-START_MARGIN_S = 60.0
+                              PlannedRun, overlay, parse_budget)
+from harness.run import Refused, RunSpec, RunTimes, execute, log_line
+from harness.shrink import NOT_DONE, least_budget_s
+from reports.exit_codes import EXIT_INVALID, EXIT_OK, EXIT_REFUSED, EXIT_UNKNOWN
 
 
 def spec_of(campaign: Campaign, planned: PlannedRun, run_dir: Path, backend: str | None) -> RunSpec:
-    """The RunSpec of a planned run, checked as `chaoslog run` checks its
-    options (CampaignError names the cell)."""
-    argv = ["run", *planned.argv, "--out", str(run_dir)]
-    if backend:
-        argv += ["--backend", backend]
-    parser = argparse.ArgumentParser(prog="chaoslog campaign", add_help=False)
-    run_cli.add_parser(parser.add_subparsers())
+    """The RunSpec of a planned run, validated (CampaignError names the cell)."""
+    fields = overlay(planned.fields, {"backend": backend}) if backend else planned.fields
     try:
-        args = parser.parse_args(argv)
-    except SystemExit:
-        raise CampaignError(f"{planned.label}: `chaoslog run` does not take {planned.argv}") from None
-    try:
-        spec = run_cli.spec_from_args(args)
-    except run_cli.Refused as e:
+        spec = RunSpec.from_data(fields)
+        return replace(spec, out=run_dir, checker=campaign.checker).validate()
+    except Refused as e:
         raise CampaignError(f"{planned.label}: {e}") from None
-    return replace(spec, checker=campaign.checker)
 
 
 def check_matrix(campaign: Campaign, backend: str | None) -> None:
@@ -78,9 +72,10 @@ def leftovers() -> list[str]:
 
 
 class CampaignRunner:
-    """The loop. `run(spec)` makes one run (harness.run.execute),
-    `shrink(run_dir, spec, fatal, budget_s)` shrinks a failure, `left()`
-    lists (and removes) what a run left behind; tests hand in fakes."""
+    """The loop. `run(spec)` makes one run (harness.run.execute) and each
+    try of a shrink; `shrink(run_dir, spec, fatal, budget_s)` shrinks a
+    failure (default: shrink_failure with `run`); `left()` lists (and
+    removes) what a run left behind; tests hand in fakes and a fake clock."""
 
     def __init__(self, campaign: Campaign, out: Path, *, budget_s: float,
                  backend: str | None = None,
@@ -94,11 +89,11 @@ class CampaignRunner:
         self.budget_s = budget_s
         self.backend = backend
         self.run = run or (lambda spec: execute(spec, log=lambda m: None))
-        self.shrink = shrink or (lambda run_dir, spec, fatal, budget_s: shrink_failure(
-            run_dir, spec, fatal, budget_s, tries=campaign.shrink_tries))
+        self.shrink = shrink or self._shrink_failure
         self.left = left
         self.clock = clock
         self.log = log
+        self.times = RunTimes()
 
     def go(self) -> CampaignState:
         self.out.mkdir(parents=True, exist_ok=True)
@@ -115,11 +110,14 @@ class CampaignRunner:
             planned = self.campaign.plan(index)
             run_dir = self.out / "runs" / f"{index:04d}"
             spec = spec_of(self.campaign, planned, run_dir, self.backend)
-            if self.budget_s - state.spent_s < spec.schedule.duration_s + START_MARGIN_S:
+            need, left = self.times.expected_s(spec), self.budget_s - state.spent_s
+            if need > left:
+                self.log(f"run {index} ({planned.label}) would take about {_hms(need)}, "
+                         f"{_hms(left)} of the budget is left: not started")
                 break
             record: dict[str, Any] = {"index": index, "label": planned.label, "cell": planned.cell,
-                                      "seed": planned.seed, "argv": planned.argv,
-                                      "run_dir": str(run_dir), "status": "started"}
+                                      "seed": planned.seed, "run_dir": str(run_dir),
+                                      "status": "started"}
             state.runs.append(record)
             state.save()
             self.log(f"run {index} ({planned.label}, seed {planned.seed}, "
@@ -139,6 +137,7 @@ class CampaignRunner:
         except Exception as e:  # noqa: BLE001 - recorded; the campaign goes on
             record.update(status="error", reason=f"{type(e).__name__}: {e}")
         else:
+            self.times.record(spec, self.clock() - t0)
             summary = getattr(result.verdict, "summary", None) or {}
             fatal = sorted(summary.get("fatal") or [])
             record.update(status="done", exit_code=result.exit_code,
@@ -159,17 +158,23 @@ class CampaignRunner:
     def _shrink(self, record: dict[str, Any], spec: RunSpec, state: CampaignState,
                 t0: float) -> None:
         """Shrink the run's failure within what is left of both budgets,
-        unless an earlier reproducer explains it (_explained_by). Marked as
-        started first, so that a campaign killed meanwhile shrinks the run
-        again when it resumes."""
+        unless an earlier reproducer explains it (_explained_by) or the
+        shrink cannot fit (not done: out of time). Marked as started first,
+        so that a campaign killed meanwhile shrinks the run again when it
+        resumes."""
         fatal_types = set(record.get("fatal") or [])
+        if not fatal_types or not self.campaign.shrink:
+            return
         remaining = self.budget_s - state.spent_s - (self.clock() - t0)
         kinds = {step.fault for step in spec.schedule.steps}
         done_by = self._explained_by(state, fatal_types, kinds)
         if done_by is not None:
             record["shrunk"] = {"skipped": f"run {done_by}'s reproducer, of the fault kinds of "
                                            f"this run, reproduced the same anomalies"}
-        elif fatal_types and self.campaign.shrink and remaining > 0:
+        elif least_budget_s(spec, self.times) > remaining:
+            record["shrunk"] = {"not_done": NOT_DONE}
+            self.log(f"run {record['index']}: shrink {NOT_DONE}")
+        else:
             record["shrunk"] = {"status": "started"}
             state.save()
             try:
@@ -178,6 +183,13 @@ class CampaignRunner:
             except Exception as e:  # noqa: BLE001 - recorded; the campaign goes on
                 record["shrunk"] = {"error": f"{type(e).__name__}: {e}"}
         state.save()
+
+    def _shrink_failure(self, run_dir: Path, spec: RunSpec, fatal: set[str],
+                        budget_s: float) -> dict[str, Any]:
+        """shrink_failure with the campaign's runner, clock and run times."""
+        return shrink_failure(run_dir, spec, fatal, budget_s, tries=self.campaign.shrink_tries,
+                              replay=lambda s: self.run(s).fatal(), times=self.times,
+                              clock=self.clock, log=self.log)
 
     def _shrink_again(self, record: dict[str, Any], state: CampaignState) -> None:
         """A shrink the campaign died in: its tries so far are set aside
@@ -219,20 +231,29 @@ class CampaignRunner:
 
 
 def shrink_failure(run_dir: Path, spec: RunSpec, fatal: set[str], budget_s: float, *,
-                   tries: int = 2) -> dict[str, Any]:
-    """chaoslog shrink's search on a campaign's failure, into RUN_DIR/shrunk."""
+                   tries: int = 2, replay: Callable[[RunSpec], set[str] | None] | None = None,
+                   times: RunTimes | None = None, clock: Callable[[], float] = time.monotonic,
+                   log: Callable[[str], None] = log_line) -> dict[str, Any]:
+    """chaoslog shrink's search on a campaign's failure, into RUN_DIR/shrunk,
+    the confirmation included in `budget_s`."""
     from harness.shrink import Shrinker
-    from harness.shrink_cli import replay, write_reproducer
+    from harness.shrink_cli import replay as replay_run
+    from harness.shrink_cli import write_reproducer
     out = run_dir / "shrunk"
     out.mkdir(parents=True, exist_ok=True)
-    shrinker = Shrinker(replace(spec, out=None), fatal, replay, out, tries=tries,
-                        budget_s=budget_s, log=log_line)
+    shrinker = Shrinker(replace(spec, out=None), fatal, replay or replay_run, out, tries=tries,
+                        budget_s=budget_s, log=log, clock=clock, times=times)
     small = shrinker.shrink()
     confirmed = shrinker.confirm(small)
     write_reproducer(out, run_dir, small, fatal, shrinker, confirmed)
-    return {"dir": str(out), "faults": len(small.schedule.steps),
+    done = {"dir": str(out), "faults": len(small.schedule.steps),
             "fault_kinds": sorted({step.fault for step in small.schedule.steps}),
             "reproduced": confirmed.reproduced, "tries": confirmed.tries}
+    if shrinker.not_done:
+        done["search"] = f"{NOT_DONE} at {shrinker.not_done}"
+    if confirmed.not_done:
+        done["confirmed"] = NOT_DONE
+    return done
 
 
 def _hms(s: float) -> str:
@@ -259,7 +280,7 @@ def cmd_campaign(a: argparse.Namespace) -> int:
     judged = [r for r in state.runs if r.get("verdict") in ("valid", "invalid")]
     if any(r.get("verdict") == "invalid" for r in state.runs):
         return EXIT_INVALID
-    return EXIT_VALID if judged else EXIT_NOTHING
+    return EXIT_OK if judged else EXIT_UNKNOWN
 
 
 def add_parser(sub: Any) -> None:

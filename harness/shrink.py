@@ -20,6 +20,12 @@ reproducer is run `tries` more times and the report says in how many the
 anomaly came back. Every try is a whole run on a fresh cluster, kept in the
 output directory as evidence.
 
+The budget bounds everything, the confirmation too: a try is started only
+if it ends in time (harness.run.RunTimes), a try of the search only if one
+confirming try of its length still fits after it. The first candidate that
+does not fit ends the search, recorded once as "not done: out of time"; a
+confirmation that does not fit is recorded so.
+
 The search itself (`Shrinker`) is pure: it is handed a `replay(spec)`
 that returns the fatal anomaly types of one run (None when the run could
 not be judged), so it is unit-tested with a fake one.
@@ -34,7 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
 from faults.nemesis import Schedule, Step
-from harness.run import RunSpec
+from harness.run import RunSpec, RunTimes
 
 T = TypeVar("T")
 # replay(spec) -> the fatal anomaly types of that run (into spec.out), or None
@@ -44,6 +50,13 @@ Replay = Callable[[RunSpec], "set[str] | None"]
 MIN_STEP_S = 1.0        # a fault is not shortened below this
 RUN_MARGIN_S = 5.0      # a shortened run goes on this long after its last fault ends
 MIN_RATE = 10.0         # sends/s: not lowered below this
+NOT_DONE = "not done: out of time"
+
+
+def least_budget_s(spec: RunSpec, times: RunTimes) -> float:
+    """The least time a try of the search of `spec` needs: its own run and
+    one confirming run of its length after it."""
+    return 2 * times.expected_s(spec)
 
 
 def ddmin(items: Sequence[T], fails: Callable[[list[T]], bool]) -> list[T]:
@@ -82,6 +95,7 @@ class Attempt:
     reproduced: int = 0
     types: list[list[str] | None] = field(default_factory=list)   # fatal types of each try
     run_dirs: list[str] = field(default_factory=list)
+    not_done: str | None = None        # NOT_DONE: a try did not fit in the budget
 
     def to_json(self) -> dict[str, Any]:
         return self.__dict__.copy()
@@ -89,14 +103,16 @@ class Attempt:
 
 class Shrinker:
     """Shrinks `spec` while one of `target` (anomaly types) still shows.
-    `budget_s` bounds the whole search; a candidate not tried for lack of
-    time counts as not reproducing, so the result is always a reproducer
-    that did fail."""
+    `budget_s` bounds the whole search and the confirmation; a candidate not
+    tried for lack of time counts as not reproducing, so the result is
+    always a reproducer that did fail. `times` says how long a run takes
+    (shared with a campaign, which learned it from its runs)."""
 
     def __init__(self, spec: RunSpec, target: set[str], replay: Replay, out: Path, *,
                  tries: int = 3, budget_s: float = 4 * 3600.0,
                  log: Callable[[str], None] = lambda m: None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 times: RunTimes | None = None) -> None:
         if tries < 1:
             raise ValueError("tries must be at least 1")
         self.spec = spec
@@ -106,26 +122,33 @@ class Shrinker:
         self.tries = tries
         self.log = log
         self.clock = clock
+        self.times = times or RunTimes()
         self.deadline = clock() + budget_s
         self.attempts: list[Attempt] = []
         self._seen: dict[str, bool] = {}
         self.runs = 0            # whole runs made so far
+        self.not_done: str | None = None   # the candidate the search stopped at, out of time
 
     # -- one candidate ---------------------------------------------------------------------
     def reproduces(self, spec: RunSpec, stage: str, what: str, tries: int | None = None,
-                   stop_at_first: bool = True, budgeted: bool = True) -> bool:
+                   stop_at_first: bool = True, confirming: bool = False) -> bool:
         key = json.dumps(spec.to_json(), sort_keys=True)
         if stop_at_first and key in self._seen:
             return self._seen[key]
+        if self.not_done and not confirming:
+            return False         # out of time: the search is over
         a = Attempt(stage, what, len(spec.schedule.steps))
         self.attempts.append(a)
         for _ in range(tries or self.tries):
-            if budgeted and self.clock() >= self.deadline:
-                self.log(f"{stage}: {what}: out of time")
+            need = self.times.expected_s(spec) if confirming else least_budget_s(spec, self.times)
+            if self.clock() + need > self.deadline:
+                a.not_done = NOT_DONE
                 break
             self.runs += 1
             run_dir = self.out / "tries" / f"{self.runs:03d}"
+            t0 = self.clock()
             types = self.replay(replace(spec, out=run_dir))
+            self.times.record(spec, self.clock() - t0)
             a.tries += 1
             a.types.append(sorted(types) if types is not None else None)
             a.run_dirs.append(str(run_dir))
@@ -133,9 +156,14 @@ class Shrinker:
                 a.reproduced += 1
                 if stop_at_first:
                     break
-        self.log(f"{stage}: {what}: {'reproduced' if a.reproduced else 'not reproduced'} "
-                 f"({a.reproduced} of {a.tries} tries)")
-        self._seen[key] = a.reproduced > 0
+        if a.not_done and not confirming:
+            self.not_done = f"{stage}: {what}"
+        if a.tries:
+            self.log(f"{stage}: {what}: {'reproduced' if a.reproduced else 'not reproduced'} "
+                     f"({a.reproduced} of {a.tries} tries){'; then ' + NOT_DONE if a.not_done else ''}")
+            self._seen[key] = a.reproduced > 0
+        else:
+            self.log(f"{stage}: {what}: {NOT_DONE}")
         return a.reproduced > 0
 
     # -- the stages ------------------------------------------------------------------------
@@ -193,9 +221,9 @@ class Shrinker:
 
     # -- the result ------------------------------------------------------------------------
     def confirm(self, spec: RunSpec) -> Attempt:
-        """The final reproducer, run `tries` times: how often it fails (after
-        the budget too: a reproducer comes with its count)."""
-        self.reproduces(spec, "confirm", "the shrunk run", stop_at_first=False, budgeted=False)
+        """The final reproducer, run `tries` times within the budget: how
+        often it fails (`not_done` when a try did not fit)."""
+        self.reproduces(spec, "confirm", "the shrunk run", stop_at_first=False, confirming=True)
         return self.attempts[-1]
 
 

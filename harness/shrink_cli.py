@@ -4,15 +4,19 @@ Reads the run's spec (run.json `spec`, written by `chaoslog run`) and the
 anomaly types its verdict found fatal (summary.json), shrinks while one of
 them still shows, and writes the reproducer into OUT (default RUN_DIR/shrunk):
 
-  spec.json           the shrunk run: `chaoslog run --spec OUT/spec.json`
+  spec.json           the shrunk run: `chaoslog run --spec spec.json` in OUT
   schedule.json       its nemesis schedule alone
-  command.txt         that command
+  command.txt         that command, naming spec.json beside it (OUT may move)
   test_reproducer.py  a pytest test that fails while the anomaly is there
   shrink.json         every candidate tried: what it dropped, its tries, how
                       many reproduced, their run directories (OUT/tries/NNN)
 
-Exit codes: 0 shrunk (the reproducer failed again at least once when
-confirmed), 1 it did not reproduce, 2 refused (bad arguments or run).
+The budget covers the whole search and the confirmation (harness/shrink.py).
+
+Exit codes (reports/exit_codes.py): 0 shrunk (the reproducer failed again
+when confirmed, or its confirmation did not fit in the budget), 2 refused
+(bad arguments or run), 3 the anomaly did not come back (or the budget did
+not cover the original run).
 """
 from __future__ import annotations
 
@@ -26,9 +30,8 @@ from typing import Any
 
 from harness.campaign import parse_budget
 from harness.run import RunSpec, execute, log_line
-from harness.shrink import Shrinker
-
-EXIT_SHRUNK, EXIT_NOT_REPRODUCED, EXIT_REFUSED = 0, 1, 2
+from harness.shrink import NOT_DONE, Shrinker
+from reports.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_UNKNOWN
 
 
 class Refused(ValueError):
@@ -67,15 +70,11 @@ def load_failing_run(run_dir: Path, anomalies: list[str]) -> tuple[RunSpec, set[
 def replay(spec: RunSpec) -> set[str] | None:
     """One try: a whole run into spec.out; its fatal anomaly types, None if
     it could not be judged."""
-    result = execute(spec, log=lambda m: None)
-    summary = getattr(result.verdict, "summary", None)
-    if not summary:
-        return None
-    return set(summary.get("fatal") or [])
+    return execute(spec, log=lambda m: None).fatal()
 
 
 TEST_TEMPLATE = '''"""Reproducer of {types} shrunk by `chaoslog shrink` from {source}:
-{faults} fault(s), {duration:g} s; it reproduced in {reproduced} of {tries} confirming tries.
+{faults} fault(s), {duration:g} s; {confirmation}.
 It fails while the anomaly is there."""
 import json
 from dataclasses import replace
@@ -98,21 +97,30 @@ def test_the_shrunk_run_finds_no_{name}(tmp_path):
 '''
 
 
+# command.txt: run in the reproducer's directory.
+COMMAND = "# in this directory:\nchaoslog run --spec spec.json\n"
+
+
 def write_reproducer(out: Path, source: Path, spec: RunSpec, target: set[str],
                      shrinker: Shrinker, confirmed: Any) -> None:
     spec_json = {**spec.to_json()}
     (out / "spec.json").write_text(json.dumps(spec_json, indent=2, sort_keys=True) + "\n")
     (out / "schedule.json").write_text(spec.schedule.dumps() + "\n")
-    (out / "command.txt").write_text(f"chaoslog run --spec {out / 'spec.json'}\n")
+    # Named beside it: the reproducer works wherever OUT is copied to.
+    (out / "command.txt").write_text(COMMAND)
     name = re.sub(r"[^a-z0-9]+", "_", "_or_".join(sorted(target)).lower()).strip("_")
+    confirmation = (f"its confirmation was {NOT_DONE}" if confirmed.not_done and not confirmed.tries
+                    else f"it reproduced in {confirmed.reproduced} of {confirmed.tries} confirming "
+                         f"tries")
     (out / "test_reproducer.py").write_text(TEST_TEMPLATE.format(
         types=", ".join(sorted(target)), source=source, faults=len(spec.schedule.steps),
-        duration=spec.schedule.duration_s, reproduced=confirmed.reproduced, tries=confirmed.tries,
+        duration=spec.schedule.duration_s, confirmation=confirmation,
         spec=json.dumps(spec_json, indent=1, sort_keys=True), anomalies=sorted(target), name=name))
     (out / "shrink.json").write_text(json.dumps({
         "source": str(source), "anomalies": sorted(target), "runs": shrinker.runs,
         "steps": {"before": len(shrinker.spec.schedule.steps), "after": len(spec.schedule.steps)},
         "confirmed": confirmed.to_json(),
+        "search": f"{NOT_DONE} at {shrinker.not_done}" if shrinker.not_done else "done",
         "attempts": [a.to_json() for a in shrinker.attempts]}, indent=1) + "\n")
 
 
@@ -140,16 +148,23 @@ def cmd_shrink(a: argparse.Namespace) -> int:
     shrinker = Shrinker(spec, target, replay, out, tries=a.tries, budget_s=budget, log=log_line)
     if not shrinker.reproduces(spec, "original", "the run as it was"):
         write_reproducer(out, run_dir, spec, target, shrinker, shrinker.attempts[-1])
-        log_line(f"the original run did not show {', '.join(sorted(target))} again in "
-                 f"{a.tries} tries: nothing shrunk (evidence in {out})")
-        return EXIT_NOT_REPRODUCED
+        if shrinker.not_done:
+            log_line(f"--budget {a.budget} does not cover a replay of the run and a confirming "
+                     f"try: nothing shrunk")
+        else:
+            log_line(f"the original run did not show {', '.join(sorted(target))} again in "
+                     f"{a.tries} tries: nothing shrunk (evidence in {out})")
+        return EXIT_UNKNOWN
     small = shrinker.shrink()
     confirmed = shrinker.confirm(small)
     write_reproducer(out, run_dir, small, target, shrinker, confirmed)
-    log_line(f"shrunk to {len(small.schedule.steps)} fault(s) in {small.schedule.duration_s:g} s; "
-             f"reproduced in {confirmed.reproduced} of {confirmed.tries} confirming tries; "
-             f"reproducer in {out} (command.txt, test_reproducer.py)")
-    return EXIT_SHRUNK if confirmed.reproduced else EXIT_NOT_REPRODUCED
+    log_line(f"shrunk to {len(small.schedule.steps)} fault(s) in {small.schedule.duration_s:g} s"
+             f"{'; the search stopped, ' + NOT_DONE if shrinker.not_done else ''}; "
+             + (f"confirmation {NOT_DONE}" if confirmed.not_done and not confirmed.tries else
+                f"reproduced in {confirmed.reproduced} of {confirmed.tries} confirming tries")
+             + f"; reproducer in {out} (command.txt, test_reproducer.py)")
+    # Every candidate kept did fail: unconfirmed for lack of time is still a reproducer.
+    return EXIT_OK if confirmed.reproduced or not confirmed.tries else EXIT_UNKNOWN
 
 
 def add_parser(sub: Any) -> None:

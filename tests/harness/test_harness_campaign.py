@@ -1,5 +1,6 @@
-"""Campaigns: the file, the matrix, the loop and its state (pure logic: a fake
-run stands for `harness.run.execute`)."""
+"""Campaigns: the file, the matrix, the loop and its state, the budget as a
+bound (pure logic: a fake run and a fake clock stand for
+`harness.run.execute` and the time it takes)."""
 import argparse
 import json
 from pathlib import Path
@@ -8,16 +9,20 @@ from types import SimpleNamespace
 import pytest
 
 import harness.campaign_cli as campaign_cli
-from harness.campaign import DEFAULT_FILE, Campaign, CampaignError, CampaignState
+from harness.campaign import DEFAULT_FILE, Campaign, CampaignError, CampaignState, overlay
 from harness.campaign_cli import CampaignRunner, check_matrix
+from harness.run import RunResult
+from harness.shrink import NOT_DONE
+from reports.exit_codes import EXIT_REFUSED
 
 SMALL = {
-    "campaign": {"name": "t", "budget": "1h", "seed": 3, "base": ["--rate", "50"],
-                 "shrink_budget": "10m"},
-    "axes": {"config": {"fixed": ["--broker-config", "min.insync.replicas=2"],
-                        "loose": ["--broker-config", "min.insync.replicas=1"]},
-             "faults": {"kills": ["--faults", "kill"], "pauses": ["--faults", "pause"]},
-             "length": {"short": ["--duration", "60"]}},
+    "campaign": {"name": "t", "budget": "1h", "seed": 3, "shrink_budget": "10m"},
+    "base": {"workload": {"rate": 50}},
+    "axes": {"config": {"fixed": {"cluster": {"broker_config": {"min.insync.replicas": 2}}},
+                        "loose": {"cluster": {"broker_config": {"min.insync.replicas": 1}}}},
+             "faults": {"kills": {"schedule": {"faults": ["kill"]}},
+                        "pauses": {"schedule": {"faults": ["pause"]}}},
+             "length": {"short": {"schedule": {"duration_s": 60}}}},
 }
 
 
@@ -30,11 +35,17 @@ def small(**campaign):
 @pytest.mark.parametrize("d,message", [
     ({}, "no [campaign] table"),
     ({"campaign": {"nmae": "x"}}, "unknown [campaign] keys nmae"),
-    ({"campaign": {}, "axes": {"config": {"a": "--brokers 3"}}}, "lists of `chaoslog run` options"),
-    ({"campaign": {}, "axes": {"config": {}}}, "lists of `chaoslog run` options"),
+    ({"campaign": {}, "axes": {"config": {"a": "--brokers 3"}}}, "map each value name to RunSpec"),
+    ({"campaign": {}, "axes": {"config": {}}}, "map each value name to RunSpec fields"),
     ({"campaign": {"budget": "tonight"}}, "budget 'tonight'"),
     ({"campaign": {"checker": "jepsen"}}, "checker is reference or spark"),
-    ({"campaign": {"base": "--rate 5"}}, "base is a list"),
+    ({"campaign": {}, "base": ["--rate", "5"]}, "[base] is a table of RunSpec fields"),
+    ({"campaign": {}, "bases": {}}, "unknown tables bases"),
+    # the old form, argv fragments, is named as such
+    ({"campaign": {"base": ["--rate", "5"]}}, "[campaign] base is a list of `chaoslog run` "
+                                              "options, the old form"),
+    ({"campaign": {}, "axes": {"config": {"a": ["--brokers", "3"]}}}, "axes.config.a is a list "
+                                                                        "of `chaoslog run` options"),
 ])
 def test_a_bad_campaign_file_is_refused_with_the_reason(d, message):
     with pytest.raises(CampaignError, match=message.replace("[", r"\[").replace("]", r"\]")):
@@ -59,7 +70,19 @@ def test_the_runs_walk_every_cell_with_fresh_seeds_and_go_round_again():
     seeds = [c.plan(i).seed for i in range(8)]
     assert len(set(seeds)) == 8 and seeds == [small().plan(i).seed for i in range(8)]
     p = c.plan(1)
-    assert p.argv[:2] == ["--rate", "50"] and p.argv[-2:] == ["--seed", str(p.seed)]
+    assert p.fields["workload"] == {"rate": 50} and p.fields["schedule"]["seed"] == p.seed
+    assert p.fields["schedule"]["faults"] in (["kill"], ["pause"])
+
+
+def test_a_value_lays_its_fields_over_the_base_merging_the_spec_s_tables():
+    base = {"quiet_s": 5, "workload": {"rate": 50, "producer": {"acks": "1"}},
+            "cluster": {"broker_config": {"a": 1}}, "schedule": {"interval_s": [2, 4]}}
+    over = {"quiet_s": 7, "workload": {"producer": {"retries": 3}},
+            "cluster": {"broker_config": {"b": 2}}, "schedule": {"faults": ["kill"]}}
+    assert overlay(base, over) == {
+        "quiet_s": 7, "workload": {"rate": 50, "producer": {"acks": "1", "retries": 3}},
+        "cluster": {"broker_config": {"b": 2}},   # a config is replaced whole, as on the command line
+        "schedule": {"interval_s": [2, 4], "faults": ["kill"]}}
 
 
 def test_the_shipped_nightly_campaign_is_valid_in_every_cell():
@@ -76,10 +99,17 @@ def test_the_other_shipped_campaigns_are_valid_in_every_cell(name, cells):
     check_matrix(c, "docker")
 
 
-def test_a_cell_chaoslog_run_refuses_is_refused_before_anything_runs():
+@pytest.mark.parametrize("bad,message", [
+    ({"schedule": {"faults": ["explode"]}}, "bad.*unknown fault 'explode'"),
+    ({"replication_factor": 5}, r"bad.*--replication-factor 5 with 3 broker\(s\)"),
+    ({"workload": {"rat": 5}}, "bad.*workload.rat: not a field of workload"),
+    ({"schedule": {"faults": ["kill"], "overlap": "two"}}, "bad.*schedule.overlap: 'two' is not a "
+                                                            "whole number"),
+])
+def test_a_cell_run_spec_validate_refuses_is_refused_before_anything_runs(bad, message):
     c = Campaign.from_dict({**SMALL, "axes": {**SMALL["axes"], "faults": {
-        "kills": ["--faults", "kill"], "bad": ["--faults", "explode"]}}})
-    with pytest.raises(CampaignError, match="bad.*unknown fault 'explode'"):
+        "kills": {"schedule": {"faults": ["kill"]}}, "bad": bad}}})
+    with pytest.raises(CampaignError, match=message):
         check_matrix(c, "docker")
 
 
@@ -91,6 +121,12 @@ class Clock:
 
     def __call__(self):
         return self.now
+
+
+def result(spec, fatal):
+    verdict = SimpleNamespace(summary={"verdict": "invalid" if fatal else "valid",
+                                       "fatal": list(fatal)})
+    return RunResult(spec.out, 1 if fatal else 0, verdict)
 
 
 def fake_run(clock, verdicts, seconds=100.0):
@@ -105,9 +141,7 @@ def fake_run(clock, verdicts, seconds=100.0):
             raise RuntimeError("docker went away")
         if v == "killed":
             raise SystemExit(137)
-        fatal = ["lost"] if v == "invalid" else []
-        return SimpleNamespace(exit_code=1 if fatal else 0, outcome={},
-                               verdict=SimpleNamespace(summary={"verdict": v, "fatal": fatal}))
+        return result(spec, ["lost"] if v == "invalid" else [])
     return run
 
 
@@ -129,14 +163,25 @@ def test_runs_follow_each_other_until_the_budget_is_spent(tmp_path):
     clock = Clock()
     state = runner(tmp_path, clock, ["valid", "error", "valid", "valid", "valid", "valid"],
                    budget=600).go()
-    # a 60 s run is started only while its length + 60 s remain: 5 runs of 100 s
-    assert [r["status"] for r in state.runs] == ["done", "error", "done", "done", "done"]
+    # A run of 60 s and 10 s of quiet is expected to take 130 s (RUN_OVERHEAD_S) until
+    # the first one took 100: then 100 s. The sixth ends as the budget does.
+    assert [r["status"] for r in state.runs] == ["done", "error", "done", "done", "done", "done"]
     assert state.runs[1]["reason"] == "RuntimeError: docker went away"
-    assert state.spent_s == 500
+    assert state.spent_s == 600
     saved = json.loads((tmp_path / "c" / "campaign.json").read_text())
-    assert saved["runs"] == state.runs and saved["spent_s"] == 500
+    assert saved["runs"] == state.runs and saved["spent_s"] == 600
     assert [r["run_dir"] for r in state.runs] == [
-        str(tmp_path / "c" / "runs" / f"{i:04d}") for i in range(5)]
+        str(tmp_path / "c" / "runs" / f"{i:04d}") for i in range(6)]
+
+
+def test_a_first_run_longer_than_the_budget_is_not_started(tmp_path):
+    lines = []
+    r = runner(tmp_path, Clock(), [], budget=100)
+    r.log = lines.append
+    state = r.go()
+    assert state.runs == [] and state.spent_s == 0
+    assert any("would take about 2m10s, 1m40s of the budget is left: not started" in line
+               for line in lines), lines
 
 
 def test_a_failure_is_shrunk_within_the_shrink_budget_and_the_time_counts(tmp_path):
@@ -148,6 +193,70 @@ def test_a_failure_is_shrunk_within_the_shrink_budget_and_the_time_counts(tmp_pa
     assert run_dir == Path(state.runs[1]["run_dir"]) and fatal == {"lost"}
     assert budget == 420 - 200       # what was left of the campaign (< the 10 min shrink budget)
     assert state.runs[1]["shrunk"]["faults"] == 1 and state.spent_s == 350
+
+
+# -- the budget is a bound: a fake runner, a fake clock, the real shrinker ----------------------
+
+def timed_run(clock, fails, overhead_s):
+    """A run takes its schedule, its quiet period and `overhead_s`; it finds
+    `lost` when fails(spec). `made` keeps (start, end) of every run."""
+    def run(spec):
+        start = clock.now
+        clock.now += spec.schedule.duration_s + spec.quiet_s + overhead_s
+        run.made.append((start, clock.now))
+        return result(spec, ["lost"] if fails(spec) else [])
+    run.made = []
+    return run
+
+
+def bounded(tmp_path, clock, run, budget, lines):
+    campaign = Campaign.from_dict({
+        "campaign": {"name": "b", "seed": 5, "shrink_budget": "10m", "shrink_tries": 2},
+        "base": {"schedule": {"faults": ["kill", "pause"], "duration_s": 60}}}, "b.toml")
+    return CampaignRunner(campaign, tmp_path / "c", budget_s=budget, backend="docker", run=run,
+                          left=lambda: [], clock=clock, log=lines.append)
+
+
+def test_a_shrink_that_cannot_fit_is_not_done_in_one_line(tmp_path):
+    """`campaign --budget 5m` whose first run takes 3 min and fails: the shrink
+    (a try and a confirming try, 6 min) does not fit, nor another run."""
+    clock, lines = Clock(), []
+    run = timed_run(clock, lambda spec: True, overhead_s=110)
+    state = bounded(tmp_path, clock, run, 300, lines).go()
+    assert run.made == [(0, 180)] and state.spent_s == 180
+    assert state.runs[0]["shrunk"] == {"not_done": NOT_DONE}
+    assert [line for line in lines if NOT_DONE in line] == [f"run 0: shrink {NOT_DONE}"]
+    assert any("run 1 (the base run) would take about 3m00s, 2m00s of the budget is left: "
+               "not started" in line for line in lines), lines
+
+
+def test_the_budget_covers_the_shrink_and_its_confirmation(tmp_path):
+    """Runs take 100 s. The search stops at the first try that would leave no
+    time for a confirming try after it, once; the confirmation stops at the
+    first that would end past the budget; nothing ends past it."""
+    clock, lines = Clock(), []
+    original = []
+
+    def fails(spec):   # the anomaly needs every fault of the first run: nothing shrinks
+        original.append(len(spec.schedule.steps)) if not original else None
+        return len(spec.schedule.steps) == original[0]
+    run = timed_run(clock, fails, overhead_s=30)
+    state = bounded(tmp_path, clock, run, 500, lines).go()
+    assert run.made == [(0, 100), (100, 200), (200, 300), (300, 400), (400, 500)]
+    assert state.spent_s == 500 and len(state.runs) == 1
+    shrunk = state.runs[0]["shrunk"]
+    assert shrunk["search"].startswith(f"{NOT_DONE} at ") and shrunk["reproduced"] == 1
+    assert shrunk["tries"] == 1 and shrunk["confirmed"] == NOT_DONE
+    # two tries for the first candidate, one for the second, then no time: said once
+    search = [line for line in lines if line.startswith("fewer faults")]
+    assert len(search) == 2 and search[0].endswith(": not reproduced (0 of 2 tries)")
+    assert search[1].endswith(f": not reproduced (0 of 1 tries); then {NOT_DONE}")
+    assert [line for line in lines if line.startswith("confirm")] == [
+        f"confirm: the shrunk run: reproduced (1 of 1 tries); then {NOT_DONE}"]
+    assert not [line for line in lines if "0 of 0" in line]
+    out = Path(state.runs[0]["run_dir"]) / "shrunk"
+    log = json.loads((out / "shrink.json").read_text())
+    assert log["confirmed"]["not_done"] == NOT_DONE and log["search"] == shrunk["search"]
 
 
 def test_a_failure_already_shrunk_to_a_working_reproducer_is_not_shrunk_again(tmp_path):
@@ -246,6 +355,6 @@ def test_campaign_refuses_in_one_line(tmp_path, capsys, content, argv, message):
     f = tmp_path / "c.toml"
     if content is not None:
         f.write_text(content)
-    assert cli("campaign", str(f), "--out", str(tmp_path / "o"), *argv) == campaign_cli.EXIT_REFUSED
+    assert cli("campaign", str(f), "--out", str(tmp_path / "o"), *argv) == EXIT_REFUSED
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1, err

@@ -4,6 +4,7 @@ import argparse
 import itertools
 import json
 import random
+import shutil
 from dataclasses import replace
 
 import pytest
@@ -14,8 +15,9 @@ from faults.nemesis import Schedule, Step
 from harness.backends.base import ClusterSpec
 from harness.campaign import parse_budget
 from harness.run import RunSpec
-from harness.shrink import MIN_STEP_S, RUN_MARGIN_S, Shrinker, ddmin
+from harness.shrink import MIN_STEP_S, NOT_DONE, RUN_MARGIN_S, Shrinker, ddmin
 from harness.workload import WorkloadSpec
+from reports.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_UNKNOWN
 
 
 # -- ddmin ------------------------------------------------------------------------------------
@@ -140,20 +142,41 @@ def test_a_candidate_is_run_once_however_often_the_search_meets_it(tmp_path):
     assert len(keys) == len(set(keys))
 
 
-def test_the_budget_ends_the_search_with_a_reproducer_that_did_fail(tmp_path):
-    now = [0.0]
+def test_no_try_ends_past_the_budget_and_what_did_not_fit_is_said_once(tmp_path):
+    """Runs take their schedule, quiet period and 20 s. A try of the search
+    starts only if it and one confirming try of its length end in time; the
+    first that cannot stops the search, in one line; the confirmation runs
+    within the budget too."""
+    now, made, lines = [0.0], [], []
 
     def replay(spec):
-        now[0] += 100.0      # every run takes 100 s
+        start = now[0]
+        now[0] += spec.schedule.duration_s + spec.quiet_s + 20.0   # 150 s for the first runs
+        made.append((start, now[0]))
         return {"lost"} if loss_when(spec) else set()
 
-    s = Shrinker(_spec(STEPS), {"lost"}, replay, tmp_path, tries=1, budget_s=750,
-                 clock=lambda: now[0])
+    s = Shrinker(_spec(STEPS), {"lost"}, replay, tmp_path, tries=1, budget_s=1000,
+                 log=lines.append, clock=lambda: now[0])
     small = s.shrink()
-    # ddmin's 7th run dropped two faults, the 8th (started at 700 s) did not
-    # help, and no run starts past the budget
-    assert s.runs == 8 and len(small.schedule.steps) == 4 and loss_when(small)
-    assert s.confirm(small).tries == 1    # the confirmation runs past the budget
+    confirmed = s.confirm(small)
+    # the first try is expected to take 190 s (RUN_OVERHEAD_S); from then on 150 s:
+    # a try of the search starts while 300 s are left, the confirming try while 150 are
+    assert made == [(0, 150), (150, 300), (300, 450), (450, 600), (600, 750), (750, 900)]
+    assert loss_when(small) and confirmed.tries == 1 and confirmed.not_done is None
+    assert s.not_done and s.attempts[-2].not_done == NOT_DONE and s.attempts[-2].tries == 0
+    assert [line for line in lines if NOT_DONE in line] == [f"{s.not_done}: {NOT_DONE}"]
+    assert not [line for line in lines if "0 of 0" in line]
+
+
+def test_a_budget_that_covers_no_try_makes_none(tmp_path):
+    lines = []
+    s = Shrinker(_spec(STEPS), {"lost"}, lambda spec: pytest.fail("no run fits"), tmp_path,
+                 tries=2, budget_s=150, log=lines.append, clock=lambda: 0.0)
+    # a run of 120 s and 10 s of quiet is expected to take 190 s (RUN_OVERHEAD_S)
+    assert not s.reproduces(s.spec, "original", "as it was")
+    confirmed = s.confirm(s.spec)
+    assert s.runs == 0 and confirmed.tries == 0 and confirmed.not_done == NOT_DONE
+    assert lines == [f"original: as it was: {NOT_DONE}", f"confirm: the shrunk run: {NOT_DONE}"]
 
 
 # -- chaoslog shrink --------------------------------------------------------------------------
@@ -192,7 +215,7 @@ def test_what_cannot_be_shrunk_is_refused_in_one_line(tmp_path, capsys, setup, a
     if setup != "none":
         _failing_run(tmp_path, fatal={"nosummary": None, "valid": ()}.get(setup, ("lost",)),
                      spec=setup != "nospec")
-    assert cli("shrink", str(tmp_path / "run"), *argv) == shrink_cli.EXIT_REFUSED
+    assert cli("shrink", str(tmp_path / "run"), *argv) == EXIT_REFUSED
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1, err
 
@@ -204,12 +227,14 @@ def test_budgets_read_as_people_write_them():
 def test_shrink_writes_a_reproducer_that_replays(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(shrink_cli, "replay", fake_replay())
     run_dir = _failing_run(tmp_path)
-    assert cli("shrink", str(run_dir), "--tries", "1") == shrink_cli.EXIT_SHRUNK
+    assert cli("shrink", str(run_dir), "--tries", "1") == EXIT_OK
     out = run_dir / "shrunk"
     spec = RunSpec.from_json(json.loads((out / "spec.json").read_text()))
     assert [s.fault for s in spec.schedule.steps] == ["pause", "partition-halves"]
     assert spec.checker == "reference"   # tries are checked by the (quicker) reference checker
-    assert (out / "command.txt").read_text().strip() == f"chaoslog run --spec {out / 'spec.json'}"
+    # command.txt names spec.json beside it: the reproducer may be copied anywhere
+    command = (out / "command.txt").read_text().splitlines()[-1]
+    assert command == "chaoslog run --spec spec.json" and str(tmp_path) not in command
     log = json.loads((out / "shrink.json").read_text())
     assert log["steps"] == {"before": 6, "after": 2} and log["confirmed"]["reproduced"] == 1
     test = (out / "test_reproducer.py").read_text()
@@ -229,19 +254,22 @@ def test_shrink_writes_a_reproducer_that_replays(tmp_path, capsys, monkeypatch):
             failed = True
             assert "['lost'] again" in str(e)
         assert failed is fails, fatal
-    # the command replays exactly the shrunk run
+    # the command, run in a copy of the reproducer's directory, replays exactly the shrunk run
     capsys.readouterr()
-    assert cli("run", "--spec", str(out / "spec.json"), "--print-schedule", "--json") == 0
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(out, moved)
+    monkeypatch.chdir(moved)
+    assert cli(*command.split()[1:], "--print-schedule", "--json") == 0
     assert json.loads(capsys.readouterr().out) == spec.schedule.to_json()
     # a second shrink into the same place is refused, nothing overwritten
-    assert cli("shrink", str(run_dir)) == shrink_cli.EXIT_REFUSED
+    assert cli("shrink", str(run_dir)) == EXIT_REFUSED
     assert "already holds a shrink" in capsys.readouterr().err
 
 
 def test_a_run_that_does_not_fail_again_is_reported_not_shrunk(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(shrink_cli, "replay", lambda spec: set())
     run_dir = _failing_run(tmp_path)
-    assert cli("shrink", str(run_dir), "--tries", "2") == shrink_cli.EXIT_NOT_REPRODUCED
+    assert cli("shrink", str(run_dir), "--tries", "2") == EXIT_UNKNOWN
     log = json.loads((run_dir / "shrunk" / "shrink.json").read_text())
     assert [a["stage"] for a in log["attempts"]] == ["original"] and log["attempts"][0]["tries"] == 2
     assert "did not show lost again in 2 tries" in capsys.readouterr().err
@@ -251,3 +279,14 @@ def test_an_unjudged_try_does_not_count_as_a_reproduction(tmp_path):
     s = Shrinker(replace(_spec(STEPS)), {"lost"}, lambda spec: None, tmp_path, tries=2)
     assert not s.reproduces(s.spec, "original", "as it was")
     assert s.attempts[-1].types == [None, None]
+
+
+def test_a_budget_too_short_for_the_original_run_shrinks_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(shrink_cli, "replay", lambda spec: pytest.fail("no run fits"))
+    run_dir = _failing_run(tmp_path)
+    assert cli("shrink", str(run_dir), "--budget", "5m") == EXIT_UNKNOWN
+    err = capsys.readouterr().err
+    assert f"original: the run as it was: {NOT_DONE}" in err
+    assert "--budget 5m does not cover a replay of the run and a confirming try" in err
+    log = json.loads((run_dir / "shrunk" / "shrink.json").read_text())
+    assert log["runs"] == 0 and log["attempts"][0]["not_done"] == NOT_DONE
