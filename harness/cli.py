@@ -1,11 +1,13 @@
 """`chaoslog`, the one console script. Each subcommand lives beside the code it
-drives and registers itself here through an `add_parser(subparsers)` function."""
+drives and registers itself here through an `add_parser(subparsers)` function.
+Every command exits with the codes of reports/exit_codes.py."""
 from __future__ import annotations
 
 import argparse
 import sys
 
 from harness.backends.base import ClusterError
+from reports.exit_codes import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_REFUSED
 
 
 def _subcommand_modules():
@@ -31,7 +33,7 @@ class OneLineErrors(argparse.ArgumentParser):
     """Usage errors as one line that names the command, instead of a usage dump."""
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+        self.exit(EXIT_REFUSED, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,13 +69,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _reap(args)
     try:
-        return int(args.func(args) or 0)
-    except ClusterError as e:
+        return int(args.func(args) or EXIT_OK)
+    except ClusterError as e:   # says what is wrong and what to do
         print(f"chaoslog: error: {e}", file=sys.stderr)
-        return 1
+        return EXIT_REFUSED
     except KeyboardInterrupt:
         print("chaoslog: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except Exception:  # noqa: BLE001 - a bug of chaoslog: its traceback, and not 1 (invalid)
+        import traceback
+        traceback.print_exc()
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":

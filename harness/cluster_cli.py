@@ -1,7 +1,9 @@
 """`chaoslog cluster ...`: a cluster you drive by hand, like Blockade.
 
 `up` starts a cluster that outlives the command and records it under
-~/.chaoslog/clusters/NAME.json; the other commands find it there.
+~/.chaoslog/clusters/NAME.json; the other commands find it there. A
+ClusterError (no such cluster or node, a bad config) is refused in one line
+by harness/cli.py (exit 2, reports/exit_codes.py).
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import sys
 from cluster.config import BrokerConfig, ConfigError
 from harness.backends import BACKENDS, attach, make_cluster, registered
 from harness.backends.base import ClusterError, ClusterSpec
+from reports.exit_codes import EXIT_OK
 
 NODE_ACTIONS = ("kill", "stop", "start", "pause", "resume")
 
@@ -82,18 +85,18 @@ def cmd_up(args) -> int:
     out = cluster.describe()
     out["startup_seconds"] = round(getattr(cluster, "startup_seconds", 0.0), 1)
     print(json.dumps(out, indent=2))
-    return 0
+    return EXIT_OK
 
 
 def cmd_status(args) -> int:
     print(json.dumps(attach(args.name).describe(), indent=2))
-    return 0
+    return EXIT_OK
 
 
 def cmd_down(args) -> int:
     attach(args.name).destroy()
     print(f"cluster {args.name!r} removed", file=sys.stderr)
-    return 0
+    return EXIT_OK
 
 
 def cmd_node(args) -> int:
@@ -103,4 +106,4 @@ def cmd_node(args) -> int:
     if args.action == "start" and args.node.startswith("broker-"):
         cluster.wait_brokers_registered([args.node])
     print(json.dumps(cluster.node(args.node).to_json()))
-    return 0
+    return EXIT_OK

@@ -3,6 +3,9 @@ broker (harness/fuzz.py), then every replica's files checked; a JSON report.
 
     chaoslog fuzz --cases 100000 --seed 1 --out fuzz.json
     chaoslog fuzz --seed 1 --first 4711 --cases 1      # replay one case
+
+Exit codes (reports/exit_codes.py): 0 nothing found, 1 findings or bad
+replica files.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from harness import fuzz
 from harness.backends import BACKENDS, make_cluster
 from harness.backends.base import RUNNING, ClusterSpec
 from harness.cluster_cli import positive_int
+from reports.exit_codes import EXIT_INVALID, EXIT_OK
 
 # The fixed configuration, with small segments so that rolls happen too, and
 # no delay before a new group's first rebalance: each JoinGroup case joins a
@@ -95,4 +99,4 @@ def cmd_fuzz(args) -> int:
           f"{summary['crashes']} crashes, {len(violations)} bad log entries; report {args.out}")
     for f in summary["findings"][:10]:
         print(f"  finding: {f}")
-    return 0 if not summary["findings"] and not violations else 1
+    return EXIT_OK if not summary["findings"] and not violations else EXIT_INVALID

@@ -1,10 +1,13 @@
 """`chaoslog images`: build the container images (skipped in seconds when up to date).
 
 `--target tansu` builds the opt-in image of the tansu broker instead, which
-compiles tansu from crates.io (many minutes the first time)."""
+compiles tansu from crates.io (many minutes the first time). Exit codes
+(reports/exit_codes.py): 0 built, 4 the build failed."""
 from __future__ import annotations
 
 import json
+
+from reports.exit_codes import EXIT_ERROR, EXIT_OK
 
 
 def add_parser(sub) -> None:
@@ -26,24 +29,24 @@ def run(args) -> int:
     if args.prune:
         out["removed"] = images.prune(tags)
     print(json.dumps(out, indent=2))
-    return 0
+    return EXIT_OK
 
 
 def _tansu(args) -> int:
     """The tansu image: its tag on stdout; a failed build is one message on
-    stderr (the compiler's or docker's last lines), exit 1."""
+    stderr (the compiler's or docker's last lines), EXIT_ERROR."""
     import sys
     from harness import images
     try:
         tags = images.ensure_tansu_image(force=args.force)
     except images.ImageError as e:
         print(f"chaoslog images --target tansu: {e}", file=sys.stderr)
-        return 1
+        return EXIT_ERROR
     out = {"tansu": tags.tansu, "postgres": tags.postgres, "crate": images.tansu_crate().spec}
     if args.prune:
         out["removed"] = images.prune()
     print(json.dumps(out, indent=2))
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -2,7 +2,10 @@
 (reports/warehouse.py) and its trends page (reports/trends.py), each one
 Spark session: local[*] by default, an existing cluster with --master, or a
 standalone cluster of N workers started for the job with --standalone N
-(harness/spark_cluster.py)."""
+(harness/spark_cluster.py).
+
+Exit codes (reports/exit_codes.py): 0 done, 2 refused (bad arguments),
+4 some run could not be checked (warehouse)."""
 from __future__ import annotations
 
 import argparse
@@ -12,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-EXIT_OK, EXIT_FAILED, EXIT_REFUSED = 0, 1, 2
+from reports.exit_codes import EXIT_ERROR, EXIT_OK, EXIT_REFUSED
 
 
 @contextmanager
@@ -49,7 +52,7 @@ def cmd_warehouse(a: argparse.Namespace) -> int:
           f"{done['skipped']} already there, {len(done['failed'])} could not be checked")
     for f in done["failed"]:
         print(f"  {f['run_dir']}: {f['error']}")
-    return EXIT_FAILED if done["failed"] else EXIT_OK
+    return EXIT_ERROR if done["failed"] else EXIT_OK
 
 
 def cmd_trends(a: argparse.Namespace) -> int:

@@ -23,11 +23,11 @@ def chaoslog(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     (["cluster", "up", "--brokers", "0"], 2, "must be at least 1"),
     (["cluster", "up", "--backend", "nope"], 2, "invalid choice: 'nope'"),
     (["cluster", "up", "--zookeepers", "2"], 2, "invalid choice: 2"),
-    (["cluster", "status", "--name", "never-started"], 1, "no cluster named 'never-started' is up"),
-    (["cluster", "kill", "broker-1", "--name", "never-started"], 1, "no cluster named"),
-    (["cluster", "up", "--name", "bad name!"], 1, "use letters, digits"),
-    (["cluster", "up", "--broker-config", "novalue"], 1, "expected KEY=VALUE"),
-    (["cluster", "up", "--backend", "local", "--broker-config", "no.such.key=1"], 1,
+    (["cluster", "status", "--name", "never-started"], 2, "no cluster named 'never-started' is up"),
+    (["cluster", "kill", "broker-1", "--name", "never-started"], 2, "no cluster named"),
+    (["cluster", "up", "--name", "bad name!"], 2, "use letters, digits"),
+    (["cluster", "up", "--broker-config", "novalue"], 2, "expected KEY=VALUE"),
+    (["cluster", "up", "--backend", "local", "--broker-config", "no.such.key=1"], 2,
      "unknown broker config key 'no.such.key'"),
 ])
 def test_bad_arguments_get_one_line_and_nonzero_exit(args, code, message):
@@ -54,10 +54,10 @@ def test_cluster_up_drive_and_down(backend):
         assert set(info["nodes"]) == {"zk-1", "broker-1", "broker-2"}
 
         again = chaoslog("cluster", "up", "--backend", backend, "--name", name)
-        assert again.returncode == 1 and "already up" in again.stderr
+        assert again.returncode == 2 and "already up" in again.stderr
 
         bad = chaoslog("cluster", "kill", "broker-9", "--name", name)
-        assert bad.returncode == 1 and "no node 'broker-9'" in bad.stderr
+        assert bad.returncode == 2 and "no node 'broker-9'" in bad.stderr
 
         for action, state in (("pause", "paused"), ("resume", "running"), ("kill", "stopped"),
                               ("start", "running"), ("stop", "stopped"), ("start", "running")):
@@ -70,4 +70,4 @@ def test_cluster_up_drive_and_down(backend):
     finally:
         down = chaoslog("cluster", "down", "--name", name)
     assert down.returncode == 0, down.stderr
-    assert chaoslog("cluster", "status", "--name", name).returncode == 1
+    assert chaoslog("cluster", "status", "--name", name).returncode == 2

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness import warehouse_cli
+from reports.exit_codes import EXIT_REFUSED
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "reports"))
@@ -29,7 +30,7 @@ def cli(*argv):
     (["trends", "/no/such/warehouse"], "holds no runs table"),
 ])
 def test_bad_arguments_are_refused_in_one_line(capsys, argv, message):
-    assert cli(*argv) == warehouse_cli.EXIT_REFUSED
+    assert cli(*argv) == EXIT_REFUSED
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1, err
 
