@@ -509,9 +509,9 @@ class Bench:
         """The controller's queue is empty and its event thread is waiting
         for the next event (not inside a handler)."""
         c = self.controller
-        if c.queue_size():
+        if c.events.queue_size():
             return False
-        t = c._thread
+        t = c.events.thread
         frame = sys._current_frames().get(t.ident) if t is not None else None
         while frame is not None:
             if frame.f_code.co_name == "_take":
@@ -524,7 +524,7 @@ class Bench:
         deadline = time.monotonic() + timeout
         since, handled = None, -1
         while time.monotonic() < deadline:
-            n = self.controller.events_handled
+            n = self.controller.events.events_handled
             if self.idle() and n == handled:
                 since = since or time.monotonic()
                 if time.monotonic() - since >= quiet:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from cluster.zkpaths import BrokerRegistration, LeaderAndIsr
+from cluster.zkpaths import BrokerRegistration, LeaderAndIsr, TopicAssignment
 
 TP = tuple[str, int]
 
@@ -50,6 +50,11 @@ class ControllerContext:
     @property
     def topics(self) -> set[str]:
         return {t for t, ps in self._by_topic.items() if ps}
+
+    def remember_topic(self, topic: str, ta: TopicAssignment, version: int) -> None:
+        """The znode version (for conditional AR writes) and the topic id."""
+        self.topic_versions[topic] = version
+        self.topic_ids[topic] = ta.topic_id
 
     def set_assignment(self, tp: TP, replicas: tuple[int, ...]) -> None:
         self.assignments[tp] = tuple(replicas)

@@ -3,12 +3,14 @@ docs/design.md#event-queue).
 
 Every broker runs a Controller; the one that creates the ephemeral
 /controller znode is active. ZooKeeper watches, timers and the request
-handler only put events on one queue; one thread takes them one at a time
-and runs their handler. A handler changes the in-memory context and the state
-machines, batches its ZooKeeper writes (zk_store) and its broker requests
-(request_batch); when it returns, the batch goes out through the channel
-manager (one sender thread per broker) and the event's state-change records
-go to ZooKeeper. The event thread never waits for a broker.
+handler only put events on one queue (event_manager.py); one thread takes
+them one at a time and runs their handler, from the table in __init__. A
+handler changes the in-memory context and the state machines, batches its
+ZooKeeper writes (zk_store) and its broker requests (request_batch); when it
+returns, the batch goes out through the channel manager (one sender thread
+per broker) and the event's state-change records go to ZooKeeper. The event
+thread never waits for a broker. Topic and partition deletion is
+topic_deletion_manager.py's.
 
 Session handling: SUSPENDED (connection lost, session maybe alive) pauses the
 event thread; LOST (session expired) fences the controller at once from
@@ -30,7 +32,6 @@ import logging
 import os
 import threading
 import time
-from collections import deque
 from typing import Any, Callable
 
 from kazoo.client import KazooClient, KazooState
@@ -42,17 +43,19 @@ from cluster import zkpaths
 from cluster.config import BrokerConfig
 from cluster.protocol import control
 from cluster.protocol import errors as E
-from cluster.zkpaths import NO_LEADER, BrokerRegistration, LeaderAndIsr, TopicAssignment
+from cluster.zkpaths import LeaderAndIsr, TopicAssignment
 
 from . import events as ev
 from . import leader_selectors as sel
 from .channel_manager import ChannelManager
-from .context import TP, ControllerContext, ReassignmentContext
+from .context import TP, ControllerContext
+from .event_manager import ControllerEventManager
 from .partition_state_machine import PartitionState, PartitionStateMachine
 from .reassignment import Reassigner
 from .replica_state_machine import ReplicaState, ReplicaStateMachine
 from .request_batch import RequestBatch
 from .state_change_log import StateChangeLog
+from .topic_deletion_manager import TopicDeletionManager
 from .zk_store import ControllerMovedError, Op, ZkStore
 
 log = logging.getLogger("chaoslog.controller")
@@ -86,11 +89,13 @@ class Controller:
             halt_after_step = int(os.environ[HALT_ENV])
         self.halt_after_step = halt_after_step
         self.ctx = ControllerContext(broker_id)
+        self._active = False
+        self.events = ControllerEventManager(broker_id, self._process, lambda: self._active)
         timeout = max(5.0, config["zookeeper.session.timeout.ms"] / 1000 * 3)
         self.store = ZkStore(zk, timeout=timeout)
         self.sclog = StateChangeLog(zk, broker_id, state_change_logger)
-        self.sclog.guard = self._check_session
-        self.store.guard = self._check_session
+        self.sclog.guard = self.events.check_session
+        self.store.guard = self.events.check_session
         self.batch = RequestBatch(self.ctx)
         self.psm = PartitionStateMachine(broker_id, self.ctx, self.store, self.batch, self.sclog,
                                          default_selector=self.offline_selector)
@@ -99,27 +104,17 @@ class Controller:
                                      self.psm, self.rsm, selector=self.reassigned_selector,
                                      watch=self._watcher, write_assignment=self._write_topic,
                                      step_done=self.step_done)
+        self.deletion = TopicDeletionManager(broker_id, zk, self.ctx, self.store, self.batch,
+                                             self.psm, self.rsm, self.reassigner)
         self.channels: ChannelManager | None = None
         self.unclean = bool(config["unclean.leader.election.enable"])
         # partition -> its ISR members that restarted unseen, during failover step 3b
         self._restarted_members: dict[TP, set[int]] = {}
 
-        self._queue: deque[ev.ControllerEvent] = deque()
-        self._cond = threading.Condition()
-        self._thread: threading.Thread | None = None
-        self._active = False
-        self._halted = False
-        self._stopping = False
         self._generation = 0
-        self._connected = threading.Event()
-        self._session_lost = False
-        self._lost_count = 0      # sessions lost so far (kazoo's thread increments)
-        self._event_session = 0   # _lost_count when the current event began
         self._timers: list[threading.Event] = []
         self._watchers: dict[str, Callable] = {}
         self.active_controller_id = -1
-        self.last_event_done = 0.0
-        self.events_handled = 0
         # Every event and its handler, in one place (docs/design.md#event-queue).
         self._handlers: dict[type, Callable[[Any], None]] = {
             ev.ControllerChange: self._on_ControllerChange,
@@ -144,7 +139,7 @@ class Controller:
     # ------------------------------------------------------------------ API
     @property
     def is_active(self) -> bool:
-        return self._active and not self._halted
+        return self._active and not self.events.halted
 
     @property
     def epoch(self) -> int:
@@ -153,21 +148,16 @@ class Controller:
     def startup(self) -> None:
         """Start the event thread and take part in the election."""
         if self.zk.connected:
-            self._connected.set()
+            self.events.resume()
         self.zk.add_listener(self._on_zk_state)
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name=f"controller-event-thread-{self.broker_id}")
-        self._thread.start()
-        self._put(ev.ControllerChange())
+        self.events.start()
+        self.events.put(ev.ControllerChange())
 
     def shutdown(self, timeout: float = 30.0) -> None:
         """Stop handling events, resign, and give up /controller if we hold it."""
-        self._stopping = True
+        self.events.stopping = True
         self.zk.remove_listener(self._on_zk_state)
-        self._put(ev.Shutdown(), front=True)
-        self._connected.set()  # wake a paused event thread
-        if self._thread and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+        self.events.close(timeout)
         self._resign("shutdown")
         try:
             data, stat = self.zk.get(zkpaths.CONTROLLER)
@@ -185,98 +175,38 @@ class Controller:
         if not self.is_active:
             e.future.set_result((E.NOT_CONTROLLER, []))
         else:
-            self._put(e)
+            self.events.put(e)
         return e.future
 
-    # ------------------------------------------------------- queue & thread
-    def _put(self, e: ev.ControllerEvent, front: bool = False) -> None:
-        with self._cond:
-            if front:
-                self._queue.appendleft(e)
-            else:
-                self._queue.append(e)
-            self._cond.notify()
-
-    def _take(self) -> ev.ControllerEvent:
-        with self._cond:
-            while not self._queue:
-                self._cond.wait()
-            return self._queue.popleft()
-
-    def queue_size(self) -> int:
-        return len(self._queue)
-
-    def _run(self) -> None:
-        while True:
-            e = self._take()
-            if isinstance(e, ev.Shutdown):
-                self._drain()
-                return
-            if self._halted:
-                self._fail_event(e)
-                continue
-            if e.needs_active and not self._active:
-                self._fail_event(e)
-                continue
-            if isinstance(e, ev.SessionExpired):
-                self._process(e)  # needs no ZooKeeper
-                continue
-            # Do nothing while ZooKeeper is unreachable: we may have lost the
-            # session without knowing yet.
-            while not self._connected.wait(1.0) and not self._stopping:
-                pass
-            if self._stopping or (self._session_lost and not isinstance(e, ev.ControllerChange)):
-                self._fail_event(e)
-                continue
-            self._process(e)
-
-    def _drain(self) -> None:
-        with self._cond:
-            rest = list(self._queue)
-            self._queue.clear()
-        for e in rest:
-            self._fail_event(e)
-
-    @staticmethod
-    def _fail_event(e: ev.ControllerEvent) -> None:
-        if isinstance(e, ev.ControlledShutdown) and not e.future.done():
-            e.future.set_result((E.NOT_CONTROLLER, []))
-
-    def _check_session(self) -> None:
-        """Raise if the session was lost since the current event began: a
-        handler blocked in a ZooKeeper call across a session expiry (kazoo
-        retries it on the new session) must not go on with stale state."""
-        if self._lost_count != self._event_session and \
-                threading.current_thread() is self._thread:
-            raise SessionExpiredError()
-
+    # ------------------------------------------------------------ one event
     def _process(self, e: ev.ControllerEvent) -> None:
+        """One event, on the event thread (docs/design.md#event-queue): its
+        handler, then its requests sent and its records flushed. A failure
+        resigns (another controller, session lost) or reloads the state."""
         handler = self._handlers.get(type(e))
         if handler is None:
             raise TypeError(f"controller event {e.name} has no handler")
-        self._event_session = self._lost_count
         self.sclog.begin(e.name)
-        start = time.monotonic()
         try:
             handler(e)
             self._finish_event()
         except ControllerHalted:
             log.warning("controller %d halted by test hook (halt_after_step=%s)",
                         self.broker_id, self.halt_after_step)
-            self._fail_event(e)
+            e.preempt()
         except ControllerMovedError as x:
             log.warning("controller %d: %s; resigning", self.broker_id, x)
-            self._fail_event(e)
+            e.preempt()
             self.batch.clear()  # what it would say was not written
             self.sclog.discard()
             self._resign("another controller was elected")
-            self._put(ev.ControllerChange())
+            self.events.put(ev.ControllerChange())
         except SessionExpiredError:
             log.warning("controller %d: ZooKeeper session expired during %s", self.broker_id, e.name)
-            self._fail_event(e)
+            e.preempt()
             self.batch.clear()
             self.sclog.discard()
-            self._event_session = self._lost_count
+            self.events.continue_in_new_session()
             self._resign("session expired")
         except Exception as x:
             # A ZooKeeper error (connection loss, timeout) or a bug: what was
@@ -286,23 +216,17 @@ class Controller:
             (log.warning if lost else log.exception)(
                 "controller %d: handling %s failed: %r; reloading state from ZooKeeper",
                 self.broker_id, e.name, x)
-            self._fail_event(e)
+            e.preempt()
             try:
                 self._finish_event()
             except Exception:
                 self.batch.clear()
             if self._active:
-                self._put(ev.Reload(), front=True)
-        finally:
-            self.events_handled += 1
-            self.last_event_done = time.time()
-            elapsed = time.monotonic() - start
-            if elapsed > 1.0:
-                log.info("controller %d: %s took %.2fs", self.broker_id, e.name, elapsed)
+                self.events.put(ev.Reload(), front=True)
 
     def _finish_event(self) -> concurrent.futures.Future | None:
         tracker = None
-        self._check_session()
+        self.events.check_session()
         if self._active and self.channels is not None and not self.batch.empty():
             tracker = self.batch.send(self.broker_id, self.ctx.epoch, self.channels.send,
                                       self._on_response, self._record_request)
@@ -315,27 +239,24 @@ class Controller:
     def _on_zk_state(self, state: str) -> None:
         """kazoo's thread: never block here."""
         if state == KazooState.CONNECTED:
-            self._connected.set()
-            if self._session_lost:
-                self._session_lost = False
-                self._put(ev.ControllerChange())
+            if self.events.resume():  # a new session
+                self.events.put(ev.ControllerChange())
             else:
                 # Same session: kazoo dropped our watches when it suspended.
-                self._put(ev.ControllerChange())
+                self.events.put(ev.ControllerChange())
                 if self._active:
-                    self._put(ev.Resync())
+                    self.events.put(ev.Resync())
         elif state == KazooState.SUSPENDED:
-            self._connected.clear()
+            self.events.pause()
         elif state == KazooState.LOST:
-            self._lost_count += 1
-            self._session_lost = True
+            self.events.lose_session()
             if self._active:
                 # fence now: a resumed zombie must not send anything more
                 log.warning("controller %d: ZooKeeper session lost; fencing and resigning",
                             self.broker_id)
                 if self.channels is not None:
                     self.channels.fence()
-            self._put(ev.SessionExpired(), front=True)
+            self.events.put(ev.SessionExpired(), front=True)
 
     def _watcher(self, key: str, make: Callable[[WatchedEvent], ev.ControllerEvent | None]) -> Callable:
         """One watch function per (purpose, generation): kazoo keeps watchers in
@@ -345,11 +266,11 @@ class Controller:
         w = self._watchers.get(name)
         if w is None:
             def w(event: WatchedEvent) -> None:
-                if event.type == EventType.NONE or gen != self._generation or self._stopping:
+                if event.type == EventType.NONE or gen != self._generation or self.events.stopping:
                     return
                 e = make(event)
                 if e is not None:
-                    self._put(e)
+                    self.events.put(e)
             self._watchers[name] = w
         return w
 
@@ -357,8 +278,8 @@ class Controller:
         w = self._watchers.get("controller")
         if w is None:
             def w(event: WatchedEvent) -> None:
-                if event.type != EventType.NONE and not self._stopping:
-                    self._put(ev.ControllerChange())
+                if event.type != EventType.NONE and not self.events.stopping:
+                    self.events.put(ev.ControllerChange())
             self._watchers["controller"] = w
         return w
 
@@ -453,14 +374,14 @@ class Controller:
         self._resign("ZooKeeper session expired")
         self.active_controller_id = -1
 
-    def _on_Shutdown(self, e: ev.Shutdown) -> None:  # handled in _run
+    def _on_Shutdown(self, e: ev.Shutdown) -> None:  # the event manager stops on it
         pass
 
     def _on_StaleEpochResponse(self, e: ev.StaleEpochResponse) -> None:
         data, _ = self.zk.get(zkpaths.CONTROLLER_EPOCH)
         if int(data.decode() or 0) > self.ctx.epoch:
             self._resign(f"broker {e.broker_id} has seen a newer controller epoch")
-            self._put(ev.ControllerChange())
+            self.events.put(ev.ControllerChange())
 
     # ------------------------------------------------------------ failover
     def _ensure_paths(self) -> None:
@@ -505,7 +426,7 @@ class Controller:
         self.ctx.live_brokers = self.store.read_brokers(ids, created=registered)
         assignments = self.store.read_assignments(got["topics"])
         for topic, (ta, version) in assignments.items():
-            self._remember_topic(topic, ta, version)
+            self.ctx.remember_topic(topic, ta, version)
             for p, replicas in ta.partitions.items():
                 self.ctx.set_assignment((topic, p), replicas)
         written: dict[TP, int] = {}
@@ -553,7 +474,7 @@ class Controller:
         # 8. the rest: handled as the events they are
         for e in (ev.AddPartition(), ev.PartitionRemove(), ev.DeleteTopic(),
                   ev.PreferredReplicaElection(), ev.IsrChangeNotification()):
-            self._put(e)
+            self.events.put(e)
         self._start_timers()
         log.info("controller %d: failover done in %.2fs (read state %.2fs): %d brokers, "
                  "%d topics, %d partitions", self.broker_id, time.monotonic() - t0, t_read,
@@ -611,7 +532,7 @@ class Controller:
                 while not stop.wait(seconds):
                     if gen != self._generation:
                         return
-                    self._put(make())
+                    self.events.put(make())
             threading.Thread(target=loop, daemon=True,
                              name=f"controller-{self.broker_id}-timer").start()
             self._timers.append(stop)
@@ -625,7 +546,7 @@ class Controller:
         for x in (ev.BrokerChange(), ev.TopicChange(), ev.DeleteTopic(), ev.AddPartition(),
                   ev.PartitionRemove(), ev.PartitionReassigned(), ev.PreferredReplicaElection(),
                   ev.IsrChangeNotification(), ev.ReassignmentCheck()):
-            self._put(x)
+            self.events.put(x)
 
     # ------------------------------------------------------------ selectors
     def offline_selector(self, tp: TP, cur: LeaderAndIsr) -> sel.LeaderChoice:
@@ -690,7 +611,7 @@ class Controller:
                                   to_state=type(req).__name__, target_broker=broker_id,
                                   note="STALE_CONTROLLER_EPOCH", level=logging.WARNING)
             threading.Thread(target=self.sclog.flush, kwargs={"timeout": 10.0}, daemon=True).start()
-            self._put(ev.StaleEpochResponse(broker_id))
+            self.events.put(ev.StaleEpochResponse(broker_id))
         elif resp.error == E.STALE_BROKER_EPOCH:
             # Another broker (or a later incarnation) now answers at the
             # address broker_id registered with; the broker change that
@@ -781,18 +702,13 @@ class Controller:
         for t in sorted(gone):
             log.warning("controller %d: topic %s vanished from ZooKeeper without a delete "
                         "marker; stopping its replicas", self.broker_id, t)
-            self._delete_topic_partitions(t)
-
-    def _remember_topic(self, topic: str, ta: TopicAssignment, version: int) -> None:
-        """The znode version (for conditional AR writes) and the topic id."""
-        self.ctx.topic_versions[topic] = version
-        self.ctx.topic_ids[topic] = ta.topic_id
+            self.deletion.delete_topic_partitions(t)
 
     def _load_and_create_topics(self, topics: set[str]) -> None:
         assignments = self.store.read_assignments(topics)
         created: list[TP] = []
         for topic, (ta, version) in assignments.items():
-            self._remember_topic(topic, ta, version)
+            self.ctx.remember_topic(topic, ta, version)
             for p, replicas in sorted(ta.partitions.items()):
                 if (topic, p) not in self.ctx.assignments:
                     self.ctx.set_assignment((topic, p), replicas)
@@ -811,55 +727,10 @@ class Controller:
         self.rsm.handle(replicas, ReplicaState.ONLINE)
 
     def _on_DeleteTopic(self, e: ev.DeleteTopic) -> None:
+        """docs/design.md#topics: the marked topics, to the deletion manager."""
         marked = set(self.zk.get_children(zkpaths.DELETE_TOPICS,
                                           watch=self._watcher("delete", lambda _: ev.DeleteTopic())))
-        for t in sorted(marked):
-            if t not in self.ctx.topics:
-                if self.zk.exists(zkpaths.topic_path(t)):
-                    # created and marked before we saw it: load it first
-                    for topic, (ta, version) in self.store.read_assignments([t]).items():
-                        self._remember_topic(topic, ta, version)
-                        for p, replicas in ta.partitions.items():
-                            self.ctx.set_assignment((topic, p), replicas)
-                            lai = self.store.read_leader_and_isr([(topic, p)]).get((topic, p))
-                            if lai:
-                                self.ctx.leaders[(topic, p)] = lai
-                    self.psm.initialize()
-                    self.rsm.initialize()
-                else:
-                    log.info("controller %d: delete marker for unknown topic %s removed",
-                             self.broker_id, t)
-                    self.store.delete_trees([zkpaths.delete_topic_path(t)])
-                    continue
-            self.ctx.topics_being_deleted.add(t)
-            self._delete_topic_partitions(t)
-            self.store.delete_trees([zkpaths.topic_path(t)])
-            self.store.delete_trees([zkpaths.delete_topic_path(t), zkpaths.partitions_add_path(t),
-                                     zkpaths.partitions_remove_path(t)])
-            self.ctx.topics_being_deleted.discard(t)
-            log.info("controller %d: deleted topic %s", self.broker_id, t)
-
-    def _delete_topic_partitions(self, topic: str) -> None:
-        tps = self.ctx.partitions_of(topic)
-        self._remove_partitions(tps)
-
-    def _remove_partitions(self, tps: list[TP]) -> None:
-        """Partitions and their replicas to NonExistent: StopReplica(delete)
-        to the live replicas, and everyone forgets them. (A broker that is
-        down deletes its copy when it starts, docs/design.md#broker-startup.)"""
-        if not tps:
-            return
-        cancelled = [tp for tp in tps if tp in self.ctx.reassigning]
-        if cancelled:
-            self.reassigner.cancel(cancelled, "partition is being deleted")
-        replicas = [(tp, b) for tp in tps for b in self.ctx.assignments.get(tp, ())]
-        self.psm.handle(tps, PartitionState.OFFLINE)
-        self.rsm.handle(replicas, ReplicaState.OFFLINE, remove_from_isr=False, stop=False)
-        self.rsm.handle(replicas, ReplicaState.NON_EXISTENT)
-        self.psm.handle(tps, PartitionState.NON_EXISTENT)
-        self.batch.add_update_metadata(None, tps, deleted=True)
-        for tp in tps:
-            self.ctx.remove_partition(tp)
+        self.deletion.delete_topics(marked)
 
     # --------------------------- add / remove partitions (docs/design.md#partitions)
     def _read_admin_tree(self, base: str, key: str, make: Callable[[], ev.ControllerEvent]
@@ -906,7 +777,7 @@ class Controller:
                 got = self.store.read_assignments([topic]).get(topic)
                 if got is None:
                     return False
-                self._remember_topic(topic, got[0], got[1])
+                self.ctx.remember_topic(topic, got[0], got[1])
                 # AR on ZooKeeper is authoritative for partitions we did not touch
                 for p, r in got[0].partitions.items():
                     new_ar.setdefault(p, r)
@@ -983,7 +854,7 @@ class Controller:
                     self.store.delete_one(path)
                 continue
             tps = [(t, p) for p in sorted(removes)]
-            self._remove_partitions(tps)
+            self.deletion.remove_partitions(tps)
             if self._write_topic(t, new_ar, [Op("delete", path) for path in removes.values()]):
                 self.store.delete_trees([zkpaths.partition_path(*tp) for tp in tps])
             log.info("controller %d: removed partitions %s of topic %s", self.broker_id, sorted(removes), t)
@@ -1105,7 +976,7 @@ class Controller:
                     done.result(timeout=5)
                 except concurrent.futures.TimeoutError:
                     pass
-            self._halted = True
+            self.events.halt()
             self._active = False
             if self.channels is not None:
                 self.channels.fence()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import concurrent.futures
 from dataclasses import dataclass, field
 
+from cluster.protocol import errors as E
+
 from .context import TP
 
 
@@ -19,6 +21,10 @@ class ControllerEvent:
     @property
     def name(self) -> str:
         return type(self).__name__
+
+    def preempt(self) -> None:
+        """It will not run (not the active controller, halted, stopping, or
+        its handler failed): answer whoever waits for it (Kafka's preempt)."""
 
 
 # -- the original design's eight ----------------------------------------------
@@ -66,6 +72,10 @@ class ControlledShutdown(ControllerEvent):
     broker_id: int
     broker_epoch: int
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+
+    def preempt(self) -> None:
+        if not self.future.done():
+            self.future.set_result((E.NOT_CONTROLLER, []))
 
 
 # -- what Kafka also needed ----------------------------------------------------

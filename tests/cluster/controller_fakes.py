@@ -216,7 +216,7 @@ class Node:
 
     def kill(self) -> None:
         """Die without controlled shutdown: the session ends, ephemerals vanish."""
-        self.controller._stopping = True
+        self.controller.events.stopping = True
         self.broker.close_socket()
         try:
             self.zk.stop()

@@ -94,7 +94,7 @@ def test_controller_reassign_survives_failover_after_step(nodes, zk, halt_after)
     admin.wait_for_leaders(zk, "r")
     wait_until(lambda: sorted(part(zk, "r")["isr"]) == sorted(ar), what="ISR full")
     admin.reassign(zk, {("r", 0): rar})
-    wait_until(lambda: c.controller._halted, what=f"halt after step {halt_after}")
+    wait_until(lambda: c.controller.events.halted, what=f"halt after step {halt_after}")
     steps = [r["to"] for r in admin.state_log(zk, "r", 0) if r["kind"] == "reassignment"]
     assert steps[-1] == f"step {halt_after} done"
     c.kill()
