@@ -1,11 +1,14 @@
 """ControllerContext: the controller's in-memory copy of the cluster state
 (Kafka's ControllerContext). It is loaded from ZooKeeper at failover
 (docs/design.md#controller-failover) and then changed only by the event
-thread, so it needs no lock."""
+thread, so it needs no lock; another thread reads it only through
+Controller.snapshot, which waits for the running event to end
+(docs/design.md#event-queue)."""
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from cluster.zkpaths import BrokerRegistration, LeaderAndIsr, TopicAssignment
 
@@ -99,6 +102,32 @@ class ControllerContext:
 
     def replicas_on(self, broker_ids: set[int]) -> list[tuple[TP, int]]:
         return [(tp, b) for tp, ar in self.assignments.items() for b in ar if b in broker_ids]
+
+    def snapshot(self) -> dict[str, Any]:
+        """The controller's view as plain JSON-able data, for tests and the
+        harness: from memory only, one pass over the partitions."""
+        partitions = []
+        for tp in sorted(set(self.assignments) | set(self.leaders)):
+            lai = self.leaders.get(tp)
+            ar = self.assignments.get(tp)
+            partitions.append({
+                "topic": tp[0], "partition": tp[1], "topic_id": self.topic_ids.get(tp[0], ""),
+                "replicas": None if ar is None else list(ar),
+                "leader_and_isr": None if lai is None else {
+                    "leader": lai.leader, "leader_epoch": lai.leader_epoch, "isr": list(lai.isr),
+                    "controller_epoch": lai.controller_epoch, "zk_version": lai.zk_version}})
+        return {
+            "controller_id": self.controller_id, "epoch": self.epoch,
+            "live_brokers": [{"id": b, "start_epoch": reg.start_epoch}
+                             for b, reg in sorted(self.live_brokers.items())],
+            "shutting_down": sorted(self.shutting_down),
+            "partitions": partitions,
+            "reassigning": [{"topic": tp[0], "partition": tp[1],
+                             "old_replicas": list(self.assignments.get(tp, ())),
+                             "new_replicas": list(r.new_replicas), "last_step": r.last_step}
+                            for tp, r in sorted(self.reassigning.items())],
+            "topics_being_deleted": sorted(self.topics_being_deleted),
+        }
 
     def clear(self) -> None:
         self.live_brokers.clear()

@@ -62,6 +62,7 @@ log = logging.getLogger("chaoslog.controller")
 
 HALT_ENV = "CHAOSLOG_CONTROLLER_HALT_AFTER_STEP"
 CONTROLLED_SHUTDOWN_ACK_WAIT = 5.0
+SHUTDOWN_LOCK_WAIT = 1.0  # seconds shutdown waits for the state lock before resigning
 
 
 class ControllerHalted(Exception):
@@ -70,7 +71,8 @@ class ControllerHalted(Exception):
 
 class Controller:
     """One broker's controller. Thread-safe public API: startup, shutdown,
-    is_active, epoch, active_controller_id, handle_controlled_shutdown.
+    is_active, epoch, active_controller_id, handle_controlled_shutdown,
+    snapshot.
 
     Test hook: halt_after_step=N (or env CHAOSLOG_CONTROLLER_HALT_AFTER_STEP=N)
     makes the controller stop dead right after it completes step N (1-7) of a
@@ -158,7 +160,14 @@ class Controller:
         self.events.stopping = True
         self.zk.remove_listener(self._on_zk_state)
         self.events.close(timeout)
-        self._resign("shutdown")
+        # resign under the state lock (a snapshot may be reading); an event
+        # thread stuck past the timeout does not hold this up for long
+        held = self.events.state_lock.acquire(timeout=SHUTDOWN_LOCK_WAIT)
+        try:
+            self._resign("shutdown")
+        finally:
+            if held:
+                self.events.state_lock.release()
         try:
             data, stat = self.zk.get(zkpaths.CONTROLLER)
             if stat.ephemeralOwner == self.zk.client_id[0]:
@@ -177,6 +186,20 @@ class Controller:
         else:
             self.events.put(e)
         return e.future
+
+    def snapshot(self, timeout: float = 5.0) -> dict[str, Any]:
+        """Test-only: the controller's view (ControllerContext.snapshot) and
+        whether it is active, between two events. Taken under the event
+        manager's state lock rather than as a queued event: the queue and its
+        order stay as they are without observers, and it answers while the
+        event thread waits for ZooKeeper; it waits only for the running event.
+        TimeoutError if that event runs longer than `timeout`."""
+        if not self.events.state_lock.acquire(timeout=timeout):
+            raise TimeoutError(f"controller {self.broker_id}: an event ran longer than {timeout}s")
+        try:
+            return {"active": self.is_active, **self.ctx.snapshot()}
+        finally:
+            self.events.state_lock.release()
 
     # ------------------------------------------------------------ one event
     def _process(self, e: ev.ControllerEvent) -> None:

@@ -10,6 +10,10 @@ and this one is not. Before an event that needs ZooKeeper it waits while
 the connection is suspended, as the session may be lost without our
 knowing yet; an event taken after the session was lost is preempted,
 except the election (docs/design.md#controller-failover).
+
+While an event runs the thread holds `state_lock`: a reader on another
+thread (Controller.snapshot) takes it too and so sees the state between
+two events.
 """
 from __future__ import annotations
 
@@ -41,6 +45,7 @@ class ControllerEventManager:
         self._queue: deque[ev.ControllerEvent] = deque()
         self._cond = threading.Condition()
         self.thread: threading.Thread | None = None
+        self.state_lock = threading.RLock()  # held while an event runs
         self.stopping = False  # set first when the controller stops: events are dropped
         self.halted = False    # the test hook stopped the controller dead
         self._connected = threading.Event()
@@ -122,7 +127,8 @@ class ControllerEventManager:
         self._event_session = self._lost_count
         start = time.monotonic()
         try:
-            self._process_event(e)
+            with self.state_lock:
+                self._process_event(e)
         finally:
             self.events_handled += 1
             self.last_event_done = time.time()

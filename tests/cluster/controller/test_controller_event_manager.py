@@ -126,3 +126,13 @@ def test_controller_event_manager_close_answers_queued_events(em):
     assert queued.future.result(1) == (E.NOT_CONTROLLER, [])
     assert r.ran == ["BrokerChange"]
 
+
+def test_controller_event_manager_holds_the_state_lock_while_an_event_runs(em):
+    m, r = em
+    r.gate.clear()
+    m.put(ev.BrokerChange())
+    wait_until(r.inside.is_set, what="event running")
+    assert not m.state_lock.acquire(timeout=0.2)
+    r.gate.set()
+    assert m.state_lock.acquire(timeout=5)
+    m.state_lock.release()
