@@ -1184,7 +1184,7 @@ class SparkChecker:
             self._take(findings, "read-uncommitted", rows, lambda r: {
                 "topic": r.topic, "partition": r.partition, "value": r.value, "offset": r.offset,
                 "high_watermark": r.high_watermark, "log_start_offset": r.log_start_offset,
-                "process": r.process, "op": r.op, "index": r.index, "time": r.time})
+                "process": r.process, "op": r.op, "index": r["index"], "time": r.time})
         ends = [(r.tp, r.final_high_watermark) for r in tp_rows
                 if r.final_complete and r.final_high_watermark is not None]
         if not ends:
@@ -1242,7 +1242,7 @@ class SparkChecker:
             "topic": r.topic, "partition": r.partition, "node": r.node, "value": r.value,
             "offset": r.offset, "previous_value": r.previous_value,
             "previous_offset": r.previous_offset, "process": r.process, "op": r.op,
-            "index": r.index, "time": r.time})
+            "index": r["index"], "time": r.time})
 
     def _observed(self, findings, observed, runs):
         """What observations.jsonl shows (reports/observations.py, shared with
@@ -1284,7 +1284,7 @@ class SparkChecker:
             self._take(findings, "ack-below-min-isr", rows, lambda r: {
                 "topic": r.topic, "partition": r.partition, "value": r.value, "offset": r.offset,
                 "isr": list(r.isr), "min_isr": r.min_isr, "invoked": r.inv_time,
-                "process": r.process, "op": r.op, "index": r.index, "time": r.time})
+                "process": r.process, "op": r.op, "index": r["index"], "time": r.time})
         if afters:
             ah = self.spark.createDataFrame(afters, "arun int, after long")
             late = (
