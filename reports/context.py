@@ -1,10 +1,11 @@
 """The ops around an anomaly, for the report: who wrote it, who read what where.
 
 A report shows, for each of the first few instances of each anomaly type, the
-events that explain it. `requests_for` lists what to fetch (ops by id, reads
-of a value, reads and acknowledgements at an offset); each checker fetches
-those keys its own way (SparkChecker.context: broadcast joins against the
-cached data; `reference_context`: a second pass over the history); `rows_for` then
+events that explain it: which, each type's entry says (reports/registry.py,
+`Context`). `requests_for` lists what to fetch (ops by id, reads of a value,
+reads and acknowledgements at an offset); each checker fetches those keys its
+own way (SparkChecker.context: broadcast joins against the cached data;
+`reference_context`: a second pass over the history); `rows_for` then
 assembles one small table per instance.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from reports.summary import ANOMALY_TYPES, GROUP_TYPES, OBSERVATION_TYPES
+from reports.registry import ANOMALIES, BY_NAME, Context
 
 PER_TYPE = 50  # instances shown per anomaly type
 PER_KEY = 20  # rows fetched per key (reads of a value, reads at an offset...)
@@ -20,45 +21,33 @@ RECORDS_SHOWN = 12  # records listed for a poll
 
 
 def _shown(summary: dict, per_type: int = PER_TYPE):
-    for kind in ANOMALY_TYPES:
-        for inst in summary["anomalies"][kind][:per_type]:
-            yield kind, inst
+    for e in ANOMALIES:
+        for inst in summary["anomalies"][e.name][:per_type]:
+            yield e.context, inst
+
+
+def _ops(shown: Context, a: dict) -> list[int]:
+    return [a[name] for name in shown.ops if a.get(name) is not None]
+
+
+def _offsets(shown: Context, a: dict) -> list[int]:
+    """The offsets whose reads are shown."""
+    at = a[shown.reads_at]
+    return list(range(at - shown.around, at + shown.around + 1))
 
 
 def requests_for(summary: dict, per_type: int = PER_TYPE) -> dict:
     """The keys whose events the report needs for the instances it shows."""
     req = {"ops": set(), "reads_of": set(), "reads_at": set(), "acks_at": set()}
-    for kind, a in _shown(summary, per_type):
+    for shown, a in _shown(summary, per_type):
         tp = (a["topic"], a["partition"])
-        if kind in OBSERVATION_TYPES or kind == "commit-regressed":
-            continue  # what the harness observed of the cluster, or groups.jsonl: the instance says it all
-        if kind in GROUP_TYPES:  # the record the group never polled
-            at = a["offset"] if kind == "group-skipped" else a["skipped"]
-            req["reads_at"].add((*tp, at))
-            req["acks_at"].add((*tp, at))
-            continue
-        if kind in ("lost", "unseen", "lost-unreplicated", "ack-below-min-isr"):
-            req["ops"].add(a["op"])
-            for o in (a["offset"] - 1, a["offset"], a["offset"] + 1):
-                req["reads_at"].add((*tp, o))
-            req["acks_at"].add((*tp, a["offset"]))
-        elif kind in ("duplicate", "aborted-read", "resurrected"):
-            if a.get("send_op") is not None:
-                req["ops"].add(a["send_op"])
+        req["ops"].update(_ops(shown, a))
+        if shown.reads_of_value:
             req["reads_of"].add((*tp, a["value"]))
-        elif kind == "phantom-read":
-            req["reads_of"].add((*tp, a["value"]))
-            req["acks_at"].add((*tp, a["offset"]))
-        elif kind in ("inconsistent-offset", "truncated-read", "read-uncommitted"):
-            req["reads_at"].add((*tp, a["offset"]))
-            req["acks_at"].add((*tp, a["offset"]))
-        else:  # nonmonotonic-poll, poll-skip, nonmonotonic-send
-            req["ops"].add(a["op"])
-            if a.get("previous_op") is not None:
-                req["ops"].add(a["previous_op"])
-            if kind == "poll-skip":
-                req["reads_at"].add((*tp, a["skipped"]))
-                req["acks_at"].add((*tp, a["skipped"]))
+        if shown.acks_at:
+            req["acks_at"].add((*tp, a[shown.acks_at]))
+        if shown.reads_at:
+            req["reads_at"].update((*tp, o) for o in _offsets(shown, a))
     return req
 
 
@@ -106,36 +95,19 @@ def _ack_rows(acks: list[dict]) -> list[dict]:
 
 def rows_for(kind: str, a: dict, ctx: dict) -> list[dict]:
     """The table of events explaining one anomaly instance, in index order, without repeats."""
+    shown = BY_NAME[kind].context
     tp = (a["topic"], a["partition"])
+    ops = _ops(shown, a)
     rows: list[dict] = []
-    if kind in OBSERVATION_TYPES or kind == "commit-regressed":
-        return []
-    if kind in GROUP_TYPES:
-        at = a["offset"] if kind == "group-skipped" else a["skipped"]
-        rows += _ack_rows(ctx["acks_at"].get((*tp, at), []))
-        rows += _read_rows(ctx["reads_at"].get((*tp, at), []), note="never polled by the group")
-    elif kind in ("lost", "unseen", "lost-unreplicated", "ack-below-min-isr"):
-        rows += _op_rows(ctx["ops"].get(a["op"], []))
-        rows += _ack_rows([r for r in ctx["acks_at"].get((*tp, a["offset"]), []) if r["op"] != a["op"]])
-        for o in (a["offset"] - 1, a["offset"], a["offset"] + 1):
-            rows += _read_rows(ctx["reads_at"].get((*tp, o), []))
-    elif kind in ("duplicate", "aborted-read", "resurrected"):
-        if a.get("send_op") is not None:
-            rows += _op_rows(ctx["ops"].get(a["send_op"], []))
+    for op in ops:
+        rows += _op_rows(ctx["ops"].get(op, []))
+    if shown.reads_of_value:
         rows += _read_rows(ctx["reads_of"].get((*tp, a["value"]), []))
-    elif kind == "phantom-read":
-        rows += _read_rows(ctx["reads_of"].get((*tp, a["value"]), []))
-        rows += _ack_rows(ctx["acks_at"].get((*tp, a["offset"]), []))
-    elif kind in ("inconsistent-offset", "truncated-read", "read-uncommitted"):
-        rows += _ack_rows(ctx["acks_at"].get((*tp, a["offset"]), []))
-        rows += _read_rows(ctx["reads_at"].get((*tp, a["offset"]), []))
-    else:
-        for op in (a.get("previous_op"), a["op"]):
-            if op is not None:
-                rows += _op_rows(ctx["ops"].get(op, []))
-        if kind == "poll-skip":
-            rows += _ack_rows(ctx["acks_at"].get((*tp, a["skipped"]), []))
-            rows += _read_rows(ctx["reads_at"].get((*tp, a["skipped"]), []), note="the skipped offset")
+    if shown.acks_at:  # (an op shown above: its acknowledgement is one of its events)
+        rows += _ack_rows([r for r in ctx["acks_at"].get((*tp, a[shown.acks_at]), []) if r["op"] not in ops])
+    if shown.reads_at:
+        for o in _offsets(shown, a):
+            rows += _read_rows(ctx["reads_at"].get((*tp, o), []), note=shown.note)
     seen, out = set(), []
     for r in sorted(rows, key=lambda r: (r["index"], r["what"], r["offset"] or 0)):
         key = (r["index"], r["what"], r["offset"], r["value"])

@@ -21,8 +21,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from reports.summary import GROUP_TYPES
-
 GROUPS_FILE = "groups.jsonl"
 NO_OFFSET = -1  # an assignment's `committed` when the coordinator held no offset
 
@@ -171,12 +169,10 @@ def final_commits(events: list[dict]) -> list[dict]:
              "time": c.done_time} for (g, t, p), c in sorted(last.items())]
 
 
-def oracles(events: list[dict] | None) -> dict[str, str]:
-    """summary.json `oracles` for the group types: checked, or why not."""
+def status(events: list[dict] | None) -> str:
+    """summary.json `oracles` of every group type: "checked", or why not."""
     if events is None:
-        why = "no consumer group in the run (no groups.jsonl)"
-    elif not any(e.get("kind") == "commit" for e in events):
-        why = "the group made no commit"
-    else:
-        return {t: "checked" for t in GROUP_TYPES}
-    return {t: f"no input: {why}" for t in GROUP_TYPES}
+        return "no input: no consumer group in the run (no groups.jsonl)"
+    if not any(e.get("kind") == "commit" for e in events):
+        return "no input: the group made no commit"
+    return "checked"

@@ -11,7 +11,8 @@ inputs from here and each checker joins them with its sends.
 
 Every function returns anomaly instances (dicts with topic, partition and
 the offsets, brokers or times involved, and `time`: when the evidence was
-taken); docs/anomalies.md defines each.
+taken); docs/anomalies.md defines each, reports/registry.py lists each
+checker's function calling them.
 """
 
 from __future__ import annotations
@@ -21,13 +22,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reports.errors import HistoryError
+from reports.figures import NS_PER_SECOND
 from reports.incarnations import Incarnations, from_lines
 
 OBSERVATIONS_FILE = "observations.jsonl"
-NS = 1_000_000_000
+NS = NS_PER_SECOND
 # Two samples further apart than this are not evidence of what happened
 # between them (ZooKeeper was paused or cut off from the harness).
 MAX_SAMPLE_GAP_NS = 3 * NS
+# How long a partition may stay leaderless (run.json `checks.leaderless_s` overrides it).
+LEADERLESS_S = 20.0
 
 
 @dataclass
@@ -184,9 +188,11 @@ def epoch_regression(obs: Observed) -> list[dict]:
     return out
 
 
-def leaderless(obs: Observed, bound_s: float) -> list[dict]:
+def leaderless(obs: Observed) -> list[dict]:
     """A partition without a live leader while a member of its ISR is alive,
-    for longer than `bound_s`, in samples that cover the whole span."""
+    for longer than run.json's `checks.leaderless_s`, in samples that cover
+    the whole span."""
+    bound_s = obs.bounds.get("leaderless_s", LEADERLESS_S)
     out = []
     start: dict[tuple[str, int], tuple[int, list[int]]] = {}
     last_time = None
@@ -415,18 +421,6 @@ def below_min_isr(obs: Observed, min_isr: int) -> list[dict]:
 def recovered_at(obs: Observed) -> int | None:
     r = obs.recovery
     return r.get("recovered_at") if r and r.get("recovered") else None
-
-
-def judge(obs: Observed, final_high_watermarks: dict[tuple[str, int], int]) -> dict[str, list[dict]]:
-    """The anomalies that the observations alone show (both checkers call
-    this); `final_high_watermarks`: the high watermark of each partition
-    whose final reads completed."""
-    return {"replica-divergence": replica_divergence(obs, final_high_watermarks),
-            "isr-invariant": isr_invariant(obs),
-            "epoch-regression": epoch_regression(obs),
-            "leaderless": leaderless(obs, obs.bounds.get("leaderless_s", 20.0)),
-            "stale-metadata": stale_metadata(obs),
-            "unrecovered": unrecovered_cluster(obs)}
 
 
 def checked(obs: Observed, *, exact_polls: int, idempotent_producers: int,

@@ -14,34 +14,8 @@ from pathlib import Path
 
 from reports.charts import CHART_CSS, line_chart
 from reports.context import PER_TYPE, rows_for
-from reports.summary import ANOMALY_TYPES, NS_PER_SECOND
-
-DESCRIPTIONS = {
-    "lost": "acknowledged write never read, although reads went past its offset",
-    "unseen": "acknowledged write never read; reads never got that far",
-    "duplicate": "one value read at two or more offsets",
-    "inconsistent-offset": "one offset bound to two or more values (acks and reads)",
-    "aborted-read": "a read returned a value whose send failed",
-    "phantom-read": "a read returned a value nobody sent",
-    "nonmonotonic-poll": "a consumer's offsets went backwards or repeated without a re-seek",
-    "poll-skip": "a consumer skipped over an offset known to hold a value, without a re-seek",
-    "lost-unreplicated": "an acks=1 write acknowledged and then gone (acks=1 promises nothing more)",
-    "read-uncommitted": "a fetch returned a record at or past the high watermark it reported",
-    "truncated-read": "a record a consumer read is gone from the final log",
-    "resurrected": "a topic deleted and created again served a record of its deleted incarnation",
-    "nonmonotonic-send": "an idempotent producer's writes landed out of the order it sent them",
-    "ack-below-min-isr": "an acks=all write acknowledged while the ISR was below min.insync.replicas",
-    "replica-divergence": "a replica's committed records differ from the leader's",
-    "isr-invariant": ("the cluster's metadata showed a leader outside its ISR, or an ISR "
-                      "outside the replicas"),
-    "epoch-regression": "a controller or leader epoch went back, or a leader changed without a new epoch",
-    "leaderless": "a partition stayed without a live leader while an in-sync replica was alive",
-    "stale-metadata": "after recovery a broker served other leaders or ISRs than ZooKeeper",
-    "unrecovered": "after the faults healed the cluster or a partition did not recover in time",
-    "commit-regressed": "a consumer group's acknowledged committed offset went backwards",
-    "group-skipped": "a consumer group committed past an acknowledged record no member polled",
-    "resume-past-commit": "a group member resumed past the last commit over records the group never polled",
-}
+from reports.figures import NS_PER_SECOND
+from reports.registry import ANOMALIES
 
 CSS = """
 body { font: 14px/1.45 -apple-system, 'Segoe UI', Roboto, sans-serif; margin: 0; color: #1b1b1b; background: #f6f6f4; }
@@ -134,13 +108,14 @@ def _key_numbers(s: dict) -> str:
 
 def _anomaly_table(s: dict) -> str:
     rows = []
-    in_windows = {k: sum(w["anomalies"][k] for w in s["fault_windows"]) for k in ANOMALY_TYPES}
-    for k in ANOMALY_TYPES:
+    in_windows = {e.name: sum(w["anomalies"][e.name] for w in s["fault_windows"]) for e in ANOMALIES}
+    for e in ANOMALIES:
+        k = e.name
         n = s["anomaly_counts"][k]
         fatal = k in s["fatal_types"]
         # An oracle without input found nothing because it could not look.
         unchecked = (s.get("oracles") or {}).get(k, "checked").removeprefix("no input: ")
-        meaning = DESCRIPTIONS[k]
+        meaning = e.title
         if n:
             status = "FATAL" if fatal else "reported, not fatal"
         elif unchecked != "checked":
@@ -279,75 +254,10 @@ def _final_reads(s: dict) -> str:
              "final high watermark"})
 
 
-def _instance_title(kind: str, a: dict) -> str:
-    tp = f"{a['topic']}/{a['partition']}"
-    if kind == "read-uncommitted":
-        return (f"{tp}: offset {a['offset']} (value {a['value']}) returned by a fetch that reported "
-                f"high watermark {a['high_watermark']}, log start {a['log_start_offset']}")
-    if kind == "truncated-read":
-        return (f"{tp}: value {a['value']} read at offset {a['offset']}, but the final log ends at "
-                f"{a['final_high_watermark']}")
-    if kind == "nonmonotonic-send":
-        return (f"{tp}: {a['node']} sent {a['previous_value']} then {a['value']}, acknowledged at "
-                f"offsets {a['previous_offset']} then {a['offset']}")
-    if kind == "ack-below-min-isr":
-        return (f"{tp}: value {a['value']} acknowledged at offset {a['offset']} while the ISR was "
-                f"{a['isr']} (min.insync.replicas {a['min_isr']})")
-    if kind == "replica-divergence":
-        return (f"{tp}: {a['broker']} against {a['reference']}, {a['kind']} at offset {a['offset']} "
-                f"({a['count']} offsets): expected {a['expected']}, found {a['found']}")
-    if kind == "isr-invariant":
-        return f"{tp}: {a['rule']}: leader {a['leader']}, ISR {a['isr']}, replicas {a['replicas']}"
-    if kind == "epoch-regression":
-        where = tp if a["topic"] is not None else "controller"
-        return f"{where}: {a['what']}: {a['previous']} then {a['current']}"
-    if kind == "leaderless":
-        return (f"{tp}: no live leader (leader {a['leader']}) for {a['seconds']} s while "
-                f"in-sync replicas {a['live_isr']} were alive")
-    if kind == "stale-metadata":
-        if a["topic"] is None:
-            return f"{a['broker']}: no Metadata answer: {a.get('detail')}"
-        return f"{tp}: {a['broker']} served {a['served']}, ZooKeeper {a['zookeeper']}"
-    if kind == "unrecovered":
-        if a["kind"] == "cluster":
-            return f"the cluster did not recover within {a['seconds']} s: {a['detail']}"
-        return f"{tp}: every send after the recovery failed ({a['failed']}): {a['errors']}"
-    if kind == "commit-regressed":
-        return (f"{tp}: group {a['group']}: {a['member']}'s {a['kind']} at offset {a['offset']} after "
-                f"an acknowledged commit at {a['previous']}")
-    if kind == "resume-past-commit":
-        return (f"{tp}: group {a['group']}: {a['member']} started at {a['offset']}, committed "
-                f"{a['committed']}; offset {a['skipped']} never polled by the group")
-    if kind == "group-skipped":
-        return (f"{tp}: group {a['group']} committed {a['committed']} but never polled value "
-                f"{a['value']} at offset {a['offset']}")
-    if kind in ("lost", "unseen", "lost-unreplicated"):
-        return f"{tp}: value {a['value']} acknowledged at offset {a['offset']} (op {a['op']}, process {a['process']})"
-    if kind == "duplicate":
-        text = f"{tp}: value {a['value']} read at offsets {', '.join(map(str, a['offsets']))}"
-        writers = [w for w in a.get("writers") or [] if w[1] is not None]
-        if writers:
-            text += "; written by " + ", ".join(
-                f"producer {pid} epoch {epoch} sequence {seq} (offset {o})" for o, pid, epoch, seq in writers)
-        if a.get("resent"):
-            text += ": the client sent it again as a new write"
-        return text
-    if kind == "inconsistent-offset":
-        acked = f"; acknowledged: {', '.join(map(str, a['acknowledged']))}" if a["acknowledged"] else ""
-        return f"{tp}: offset {a['offset']} holds values {', '.join(map(str, a['values']))}{acked}"
-    if kind in ("aborted-read", "phantom-read"):
-        return f"{tp}: value {a['value']} read at offset {a['offset']} by process {a['process']} (op {a['op']})"
-    if kind == "resurrected":
-        return (f"{tp}: value {a['value']}, acknowledged in {a['acknowledged_in']}, read at offset "
-                f"{a['offset']} by process {a['process']} (op {a['op']})")
-    extra = f" (offset {a['skipped']} skipped)" if kind == "poll-skip" else ""
-    return (f"{tp}: process {a['process']} returned offset {a['offset']} right after {a['previous']}"
-            f"{extra} (poll op {a['op']})")
-
-
 def _instances(s: dict, ctx: dict | None) -> str:
     out = []
-    for kind in ANOMALY_TYPES:
+    for e in ANOMALIES:
+        kind = e.name
         items = s["anomalies"][kind]
         total = s["anomaly_counts"][kind]
         if not total:
@@ -366,7 +276,7 @@ def _instances(s: dict, ctx: dict | None) -> str:
                     num={"index", "time s", "process", "op", "offset", "value"},
                 )
             cls = "inst" if fatal else "inst nf"
-            out.append(f'<div class="{cls}"><div>{_e(_instance_title(kind, a))} '
+            out.append(f'<div class="{cls}"><div>{_e(e.line(a))} '
                        f'<span class=muted>— seen at {_secs(a["time"])} s</span></div>{table}</div>')
         rest = total - min(len(items), PER_TYPE)
         if rest > 0:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from reports.observations import OBSERVATIONS_FILE
-from reports.summary import NS_PER_SECOND
+from reports.figures import NS_PER_SECOND
 
 METRICS = ("rss_kb", "fds", "threads")
 _MARKER = b'"resources"'   # cheap filter; the kind is checked once parsed
