@@ -1,7 +1,9 @@
 """Each anomaly of anomalies.md on a tiny hand-made history, with its values and offsets.
 
 Every case runs through both checkers: the reference checker one by one, the
-Spark checker once for all cases (one batch, one set of Spark jobs).
+Spark checker once for all cases (one batch, one set of Spark jobs); their
+summaries agree field for field, and together the cases find every type of
+reports/registry.py.
 """
 
 from __future__ import annotations
@@ -9,12 +11,15 @@ from __future__ import annotations
 import json
 import random
 import tempfile
+from html import escape
 from pathlib import Path
 
 import pytest
 from reports_histgen import HistoryBuilder, run_json, write_run
 
 from reports import reference
+from reports.registry import BY_NAME
+from reports.report import render
 from reports.summary import ANOMALY_TYPES, GROUP_TYPES, INCARNATION_TYPES, build_summary
 
 CASES = {}
@@ -1138,6 +1143,31 @@ def test_reference(name, tmp_path_factory):
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_spark(name, spark_summaries):
     globals()[f"check_{name}"](spark_summaries[name])
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_spark_agrees_with_reference(name, spark_summaries, tmp_path_factory):
+    """The two checkers' summary.json, field for field (but the checker's name)."""
+    want = build_summary(reference.check(_write(tmp_path_factory, name)))
+    got = dict(spark_summaries[name])
+    assert (got.pop("checker"), want.pop("checker")) == ("spark", "reference")
+    assert json.loads(json.dumps(got)) == json.loads(json.dumps(want))
+
+
+def test_every_anomaly_type_has_a_case_and_a_report_section(tmp_path_factory):
+    """Some case above finds each type of the registry; the report gives it a
+    section with the type's line for the instance."""
+    found = {}
+    for name in sorted(CASES):
+        s = build_summary(reference.check(_write(tmp_path_factory, name)))
+        for kind in ANOMALY_TYPES:
+            if s["anomaly_counts"][kind]:
+                found.setdefault(kind, s)
+    assert set(found) == set(ANOMALY_TYPES)
+    for kind, s in found.items():
+        html = render(s, {})
+        line = BY_NAME[kind].line(s["anomalies"][kind][0])
+        assert f'<h3 id="{kind}">' in html and escape(line) in html, kind
 
 
 def test_summary_shape(tmp_path_factory):
