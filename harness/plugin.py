@@ -67,6 +67,8 @@ def pytest_configure(config):
         "any_coordination: runs in either --chaoslog-coordination (the others: the controller "
         "mode only)",
         "v2_only: runs only with --chaoslog-coordination v2 (V2's own script of a scenario)",
+        "v2_fast: the five-minute V2 tier (make test-v2-fast): V2's elections, state-change "
+        "queues, reassignment, preferred election and controlled shutdown under pressure",
     ):
         config.addinivalue_line("markers", line)
 

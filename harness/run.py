@@ -118,6 +118,13 @@ class Draw:
         return d
 
 
+def refuse_backend(system: str, backend: str | None) -> None:
+    """Tansu and an external cluster run where they run: no --backend."""
+    if system != "chaoslog" and backend not in (None, system):
+        raise Refused(f"--backend {backend}: --target {system} runs where it runs; "
+                      "drop --backend")
+
+
 @dataclass
 class RunSpec:
     """Everything one run is, as data (Jepsen's test map): the same spec
@@ -202,9 +209,7 @@ class RunSpec:
                   else "tansu" if isinstance(spec, TansuSpec) else "chaoslog")
         backend = self.backend
         if cluster is None and system != "chaoslog":
-            if backend not in (None, system):
-                raise Refused(f"--backend {backend}: --target {system} runs where it runs; "
-                              "drop --backend")
+            refuse_backend(system, backend)
             if spec.broker_config:
                 raise Refused(f"--broker-config: it configures the built-in broker, not "
                               f"{system}'s")

@@ -27,7 +27,7 @@ from faults.injectors.base import FaultError
 from faults.nemesis import Schedule
 from harness.backends.base import ClusterSpec
 from harness.progress import Progress
-from harness.run import Draw, Refused, RunSpec, execute, log_line, mix_of
+from harness.run import Draw, Refused, RunSpec, execute, log_line, mix_of, refuse_backend
 from harness.workload import WorkloadSpec
 from harness.workload.clients import CLIENTS, ProducerSettings
 from harness.workload.group import COMMIT_MODES, SUB_VIA
@@ -109,6 +109,7 @@ def cluster_of(system: str, a: argparse.Namespace, broker_config: dict[str, str]
     if system != "external" and (a.bootstrap or a.commands):
         raise Refused("--bootstrap and --commands go with --target external")
     if system == "external":
+        refuse_backend(system, a.backend)   # before asking the cluster for its brokers
         return external_spec(a, broker_config)
     if system == "tansu":
         from harness.backends.tansu import TansuSpec

@@ -156,6 +156,7 @@ def test_seed_design_loses_acknowledged_writes(workload, nemesis, history):
 
 
 @pytest.mark.broker_config(**FIXED)
+@pytest.mark.v2_fast
 def test_fixed_config_loses_nothing(workload, nemesis, history):
     """unclean election off, min ISR 2: the same schedule loses nothing (valid True)."""
     call_me_maybe(workload, nemesis, history, unclean=False)
