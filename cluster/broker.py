@@ -85,7 +85,7 @@ class Broker:
         window = None
         if cfg["chaoslog.state.window.enable"]:
             window = StateWindow(self.broker_id, lambda: self.start_epoch,
-                                 lambda: self.rm.partitions, lambda: None,
+                                 lambda: self.rm.partitions, self._controller_view,
                                  cfg["chaoslog.state.window.max.partitions"])
         self.apis = KafkaApis(cfg, self.rm, self.metadata, zk,
                               controller=lambda: getattr(self, "controller", None), window=window)
@@ -165,6 +165,18 @@ class Broker:
         from cluster.v2.coordinator import Coordinator
         self.v2 = Coordinator(self.cfg, self.zk, self.rm, self.metadata)
         await self.v2.start()
+
+    def _controller_view(self) -> dict | None:
+        """The active controller's view for the state window, or None. It is
+        taken between two controller events; on the broker's event loop, so
+        it waits at most 50 ms for a running event and says `busy` instead."""
+        controller = self.controller
+        if controller is None or not controller.is_active:
+            return None
+        try:
+            return controller.snapshot(timeout=0.05)
+        except TimeoutError:
+            return {"active": True, "busy": True}
 
     def _start_controller(self) -> None:
         if not self.cfg["chaoslog.controller.enable"]:

@@ -55,7 +55,9 @@ class StateWindow:
                                "truncated": len(parts) > cap}
         controller = self.controller_view()
         if controller is not None:
-            out["controller"] = controller
+            held = controller.get("partitions", [])
+            out["controller"] = {**controller, "partitions": held[:cap],
+                                 "truncated": len(held) > cap}
         return out
 
     def handle(self, correlation_id: int, body: bytes) -> bytes:

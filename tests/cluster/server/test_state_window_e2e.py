@@ -53,6 +53,18 @@ def test_each_broker_shows_its_replicas_and_the_leader_its_followers(make_cluste
     whole = _window(c.brokers[leader])
     assert whole["broker"] == leader and whole["start_epoch"] >= 1
     assert [p["topic"] for p in whole["partitions"]] == ["sw"] and not whole["truncated"]
+    # The active controller, and it alone, shows its view: what it holds of `sw`.
+    # (`busy` while a controller event runs past 50 ms: asked again.)
+    def controller_views() -> list:
+        views = {b: _window(c.brokers[b]).get("controller") for b in (1, 2, 3)}
+        shown = [(b, v) for b, v in views.items() if v is not None]
+        return [] if any(v.get("busy") for _b, v in shown) else shown or [(None, None)]
+    [(cid, view)] = wait_until(controller_views, 30, "a controller view between two events")
+    assert view["active"] and view["controller_id"] == cid and view["epoch"] >= 1
+    assert sorted(b["id"] for b in view["live_brokers"]) == [1, 2, 3]
+    [held] = [p for p in view["partitions"] if p["topic"] == "sw"]
+    assert held["leader_and_isr"]["leader"] == leader
+    assert sorted(held["leader_and_isr"]["isr"]) == [1, 2, 3]
 
 
 def test_the_window_is_closed_unless_the_harness_asks_for_it(make_cluster):
