@@ -186,6 +186,42 @@ def cluster_view(run: Any) -> "ZkView | MetadataView":
     return ZkView(run.zk) if run.cluster.has_zookeeper else MetadataView(run.cluster)
 
 
+def caught_up(cluster: Any, topics: dict[str, int]) -> bool:
+    """Every partition of `topics` (name -> partition count) in sync for
+    real, as its leader's state window shows it (docs/architecture.md,
+    "State window"): every assigned replica in the ISR and each follower's
+    LEO, as the leader knows it from its last fetch, at or past the HW. The
+    ISR in ZooKeeper is not enough: with `hw` truncation a replica that
+    restarted with a shorter log is still listed until it falls behind by
+    the lag time (docs/design.md#not-guaranteed)."""
+    from harness import kafka_wire
+    leaders: dict[tuple[str, int], dict] = {}
+    for name in cluster.spec.node_names():
+        if not name.startswith("broker-"):
+            continue
+        node = cluster.node(name)
+        try:
+            conn = kafka_wire.KafkaConnection(node.host, node.port, client_id="chaoslog-suite",
+                                              timeout=5.0)
+        except OSError:
+            return False
+        try:
+            state = kafka_wire.state_window(conn)
+        except OSError:
+            return False
+        finally:
+            conn.close()
+        for p in state["partitions"]:
+            if p["topic"] in topics and p["leader"] == state["broker"] and not p["fenced"]:
+                leaders[(p["topic"], p["partition"])] = p
+    if set(leaders) != {(t, i) for t, n in topics.items() for i in range(n)}:
+        return False
+    return all(sorted(p["isr"]) == sorted(p["replicas"])
+               and len(p.get("followers") or {}) == len(p["replicas"]) - 1
+               and all(leo >= p["hw"] for leo in p["followers"].values())
+               for p in leaders.values())
+
+
 @dataclass(frozen=True)
 class Ack:
     time: int          # ns since the run started (the history's clock)

@@ -27,7 +27,7 @@ import pytest
 
 from faults import recipes
 from faults.injectors.base import FaultError
-from suite_helpers import SAFE, assert_valid, cluster_view, wait_for
+from suite_helpers import SAFE, assert_valid, caught_up, cluster_view, wait_for
 
 SEED = int(os.environ.get("CHAOSLOG_PRESSURE_SEED", "0"))
 # Seventy seconds of faults: the first run then ends about 4.5 minutes into
@@ -140,8 +140,9 @@ def test_seed_faithful_configuration_loses_nothing_to_one_failure_at_a_time(work
     ISR shrinks to the leader, then the leader dies; KIP-101: a follower
     restarts, then the leader dies before it caught up; two replicas lose
     power together). One failure at a time, each healed and every partition
-    fully replicated again before the next, it loses nothing and its
-    replicas agree: `hw` truncation is not "anything goes"."""
+    fully replicated again before the next (every replica caught up, as the
+    leaders' state windows show: not only listed in the ISR), it loses
+    nothing and its replicas agree: `hw` truncation is not "anything goes"."""
     run = workload({"a": 3, "b": 2}, replication_factor=3,
                    assignment={"b": {0: [1, 2], 1: [2, 3]}}, **WORKLOAD)
     view = cluster_view(run)
@@ -160,8 +161,9 @@ def test_seed_faithful_configuration_loses_nothing_to_one_failure_at_a_time(work
             continue   # refused here (no role holder now, or not in this coordination mode)
         time.sleep(rng.uniform(3.0, 7.0))
         nemesis.heal()
-        wait_for(lambda: view.registered() == brokers and view.fully_replicated(topics), 120,
-                 f"every broker back and every partition fully replicated after {fault}")
+        wait_for(lambda: view.registered() == brokers and view.fully_replicated(topics)
+                 and caught_up(run.cluster, topics), 120,
+                 f"every broker back and every replica caught up after {fault}")
     assert len(played) >= 4, f"only {played} took place"
     run.finish(quiet_s=8.0, final_timeout_s=90, settle_s=5.0)
     assert_valid(run)

@@ -142,7 +142,7 @@ class ReplicaFetcher:
         self.partition_of = partition_of
         self.source_id = source_id
         self.address_of = address_of  # cached: what the controller last said
-        self.lookup_address = lookup_address  # slow (ZooKeeper): only when nothing is cached
+        self.lookup_address = lookup_address  # slow (ZooKeeper): nothing cached, or it failed
         self.replica_id = cfg.broker_id
         self.max_wait_ms = cfg["replica.fetch.wait.max.ms"]
         self.min_bytes = cfg["replica.fetch.min.bytes"]
@@ -153,6 +153,10 @@ class ReplicaFetcher:
         self._wake = asyncio.Event()
         self._conn: BrokerConnection | None = None
         self._addr: tuple[str, int] | None = None  # where _conn goes
+        # After a connect failed at the cached address: the source's
+        # registration in ZooKeeper, and the cached address it replaces.
+        self._registered: tuple[str, int] | None = None
+        self._stale: tuple[str, int] | None = None
         self._sent_at: float | None = None          # when the request in flight went out
         self._stopped = False
         self._task = asyncio.get_running_loop().create_task(
@@ -224,6 +228,11 @@ class ReplicaFetcher:
 
     async def _ensure_connected(self) -> None:
         addr = self.address_of(self.source_id)
+        if self._registered is not None:
+            if addr is not None and tuple(addr) != self._stale:
+                self._registered = self._stale = None   # the cache learnt something newer
+            else:
+                addr = self._registered
         if self._conn is not None and self._conn.connected:
             if addr is None or tuple(addr) == self._addr:  # nothing newer known: keep it
                 return
@@ -239,9 +248,32 @@ class ReplicaFetcher:
             raise ConnectionError(f"no address known for broker {self.source_id}")
         conn = BrokerConnection(addr[0], addr[1], f"replica-fetcher-{self.replica_id}",
                                 self.timeout_s)
-        await conn.connect()
+        try:
+            await conn.connect()
+        except (OSError, asyncio.TimeoutError):
+            await self._look_up_registration(tuple(addr))
+            raise
         self._conn, self._addr = conn, tuple(addr)
         log.info("fetcher connected to broker %d at %s:%d", self.source_id, *addr)
+
+    async def _look_up_registration(self, failed: tuple[str, int]) -> None:
+        """The cached address may be stale: the leader restarted at a new
+        address after this broker last heard of it (V2 learns addresses from
+        ZooKeeper's watches, which may come after the leadership;
+        docs/design.md#replica-fetching). Its registration in ZooKeeper says
+        where it is now; the next try goes there, until the cache changes."""
+        if self.lookup_address is None:
+            return
+        try:
+            registered = await self.lookup_address(self.source_id)
+        except Exception as e:  # noqa: BLE001 - ZooKeeper away: keep the cached address
+            log.warning("fetcher from broker %d: no registration read: %s", self.source_id, e)
+            return
+        if registered is not None and tuple(registered) != failed:
+            log.info("fetcher from broker %d: %s:%d refused; registered at %s:%d",
+                     self.source_id, *failed, *registered)
+            self._registered = tuple(registered)
+            self._stale = tuple(self.address_of(self.source_id) or failed)
 
     async def _fetch_once(self) -> None:
         now = time.monotonic()

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from cluster.config import BrokerConfig
 from cluster.server.fetcher import ReplicaFetcher
 from fetcher_stubs import partitions_of
@@ -71,5 +73,47 @@ def test_fetcher_keeps_its_connection_while_only_zookeeper_would_know():
             await f.stop()
             server.close()
             await server.wait_closed()
+
+    asyncio.run(run())
+
+
+def test_a_refused_cached_address_gives_way_to_the_registration():
+    """The cache names the leader's old address (V2 applied the leadership
+    before ZooKeeper's watch told it the new one; suites, 2026-11-29: a
+    follower refused for minutes): after the refusal the fetcher goes where
+    ZooKeeper says, until the cache learns something newer."""
+    async def run():
+        server, registered, accepted = await _listener()
+        newer_server, newer, newer_accepted = await _listener()
+        gone = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        old = tuple(gone.sockets[0].getsockname()[:2])
+        gone.close()
+        await gone.wait_closed()        # nothing listens at `old` now: refused
+        cached = {"leader": old}
+        lookups = []
+
+        async def from_zookeeper(b):
+            lookups.append(b)
+            return tuple(registered)
+
+        f = ReplicaFetcher(BrokerConfig.from_dict({"broker.id": 2}), partitions_of(), 1,
+                           lambda b: cached["leader"], from_zookeeper)
+        try:
+            with pytest.raises(OSError):
+                await f._ensure_connected()
+            assert lookups == [1]
+            await f._ensure_connected()      # the registration's address, the cache still old
+            await asyncio.sleep(0.05)
+            assert len(accepted) == 1 and f._addr == tuple(registered)
+            cached["leader"] = tuple(newer)  # the cache learns something newer: followed
+            await f._ensure_connected()
+            await asyncio.sleep(0.05)
+            assert len(newer_accepted) == 1 and f._addr == tuple(newer)
+            assert lookups == [1]
+        finally:
+            await f.stop()
+            for s in (server, newer_server):
+                s.close()
+                await s.wait_closed()
 
     asyncio.run(run())
