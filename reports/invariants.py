@@ -17,9 +17,11 @@ run's configuration (docs/design.md#guarantees).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from reports.observations import MAX_SAMPLE_GAP_NS, NS
+from reports.figures import fault_windows
+from reports.observations import MAX_SAMPLE_GAP_NS, NS, Observed
 
 STATE = "broker-state"
 
@@ -199,4 +201,138 @@ def reassignment_unsynced(samples: Iterable[dict], lag_s: float,
                             "targets": targets, "isr": p["isr"], "missing": missing})
         for tp, targets in s["reassigning"].items():
             pending[tp] = (list(targets), s["time"])
+    return out
+
+
+# -- what a run's configuration promises (docs/anomalies.md, "Invariant oracles") ----------------
+
+# The built-in broker's defaults of the keys that decide the oracles
+# (cluster/config.py DEFAULTS; reports reads histories only, it does not
+# import cluster).
+DEFAULTS = {"replication.truncation": "hw", "unclean.leader.election.enable": True,
+            "replica.lag.time.max.ms": 10000, "zookeeper.session.timeout.ms": 6000,
+            "coordination": "controller"}
+# The faults that damage a replica's files (faults/injectors, family "disk"):
+# a replica may then hold another batch below the HW until it is repaired.
+DISK_FAULTS = frozenset({"truncate-tail", "bitflip", "bad-offset", "lose-unfsynced"})
+# dead-isr-member: what the controller (or the V2 leader) may take besides
+# replica.lag.time.max.ms and the ZooKeeper session timeout.
+DEAD_ISR_SLACK_S = 10.0
+# reassignment-unsynced: a fault hit a target this close to a reassignment's
+# end (and for EFFECT_TAIL_S after the fault healed): it may be out for it.
+EFFECT_TAIL_S = 10.0
+# Operations, not failures (faults/injectors, family "admin"): they take no
+# replica out of sync.
+ADMIN_FAULTS = frozenset({"elect-preferred", "move-leader", "reassign", "add-partitions",
+                          "recreate-topic"})
+STATE_TYPES = ("isr-behind-hw", "hw-regression", "committed-divergence")
+METADATA_TYPES = ("unclean-election", "dead-isr-member", "reassignment-unsynced")
+
+
+def _flag(v) -> bool:
+    return v.strip().lower() not in ("false", "0", "no", "off") if isinstance(v, str) else bool(v)
+
+
+@dataclass(frozen=True)
+class Promises:
+    """What a run's configuration promises, from run.json (its cluster's
+    broker_config over the built-in broker's defaults) and the faults that
+    ran (the nemesis events): which oracles apply, with which bounds."""
+
+    system: str
+    truncation: str
+    unclean: bool
+    lag_s: float
+    session_s: float
+    controller: bool
+    disk_faults: tuple[str, ...]
+    windows: tuple = ()          # fault windows: (start, stop, broker ids hit)
+
+    @classmethod
+    def of(cls, run_json: dict, nemesis: list[dict], end_time: int) -> "Promises":
+        cluster = run_json.get("cluster") or {}
+        config = {**DEFAULTS, **(cluster.get("broker_config") or {})}
+        spec_session = ((run_json.get("spec") or {}).get("cluster") or {}).get("zk_session_timeout_ms")
+        session = (cluster.get("broker_config") or {}).get("zookeeper.session.timeout.ms", spec_session)
+        ran = fault_windows(nemesis, end_time)
+        planned = {f for f in run_json.get("faults") or () if isinstance(f, str)}
+        windows = tuple((w["start"], w["stop"], _broker_ids(w["targets"])) for w in ran
+                        if w["fault"] not in ADMIN_FAULTS)
+        return cls(system=str(cluster.get("system") or "chaoslog"),
+                   truncation=str(config["replication.truncation"]),
+                   unclean=_flag(config["unclean.leader.election.enable"]),
+                   lag_s=float(config["replica.lag.time.max.ms"]) / 1000,
+                   session_s=float(session if session is not None
+                                   else DEFAULTS["zookeeper.session.timeout.ms"]) / 1000,
+                   controller=str(config["coordination"]) != "v2",
+                   disk_faults=tuple(sorted(({w["fault"] for w in ran} | planned) & DISK_FAULTS)),
+                   windows=windows)
+
+    def not_promised(self, name: str) -> str | None:
+        """Why the configuration does not promise what oracle `name` checks (None: it does)."""
+        if self.system != "chaoslog":
+            return f"{self.system}: the design's definitions are the built-in broker's"
+        if name in ("isr-behind-hw", "committed-divergence") and self.truncation != "leader-epoch":
+            return f"replication.truncation={self.truncation}"
+        if name == "committed-divergence" and self.disk_faults:
+            return f"disk faults ({', '.join(self.disk_faults)})"
+        if name == "unclean-election" and self.unclean:
+            return "unclean.leader.election.enable=true"
+        return None
+
+    def disturbed(self, broker: int, time: int) -> bool:
+        """A fault hit `broker` around `time` (reassignment-unsynced): from
+        EFFECT_TAIL_S before it started to EFFECT_TAIL_S after it healed."""
+        tail = EFFECT_TAIL_S * NS
+        return any((hit is None or broker in hit) and start - tail <= time <= stop + tail
+                   for start, stop, hit in self.windows)
+
+
+def _broker_ids(targets) -> frozenset | None:
+    """The broker ids a fault's targets name ("broker-3": 3); None when it
+    hit a ZooKeeper member: every broker may feel it."""
+    ids = set()
+    for t in targets or ():
+        name = str(t)
+        if name.startswith("zk"):
+            return None
+        if name.startswith("broker-") and name[7:].isdigit():
+            ids.add(int(name[7:]))
+    return frozenset(ids)
+
+
+# -- the oracles as the checkers run them: Observed and Promises -> instances -------------------
+
+ORACLES: dict[str, Callable[[Observed, Promises], list[dict]]] = {
+    "isr-behind-hw": lambda obs, p: isr_behind_hw(obs.states),
+    "hw-regression": lambda obs, p: hw_regression(obs.states),
+    "committed-divergence": lambda obs, p: committed_divergence(obs.states),
+    "unclean-election": lambda obs, p: unclean_election(obs.versioned),
+    "dead-isr-member": lambda obs, p: dead_isr_member(
+        obs.versioned, p.lag_s + p.session_s + DEAD_ISR_SLACK_S, p.controller),
+    "reassignment-unsynced": lambda obs, p: reassignment_unsynced(obs.versioned, p.lag_s, p.disturbed),
+}
+
+
+def found(name: str, obs: Observed, promises: Promises) -> list[dict]:
+    """Oracle `name`'s instances in a run, where its configuration promises
+    what the oracle checks (else none). Both checkers call this: the samples
+    are few (about one per broker, and one of ZooKeeper, a second), read on
+    the driver like every observation."""
+    return [] if promises.not_promised(name) else ORACLES[name](obs, promises)
+
+
+def status(obs: Observed, promises: Promises) -> dict[str, str]:
+    """summary.json `oracles` of these types: "checked", or why not."""
+    out = {}
+    for name in ORACLES:
+        why = promises.not_promised(name)
+        if why:
+            out[name] = f"not promised by the configuration: {why}"
+        elif name in STATE_TYPES and not obs.states:
+            out[name] = "no input: no broker-state samples (the built-in broker's state window)"
+        elif name in METADATA_TYPES and len(obs.versioned) < 2:
+            out[name] = "no input: fewer than two ZooKeeper metadata samples"
+        else:
+            out[name] = "checked"
     return out

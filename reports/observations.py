@@ -3,7 +3,9 @@
 A run directory may hold `observations.jsonl` beside the history
 (docs/history-format.md, "observations.jsonl"): ZooKeeper `metadata` samples,
 the `recovery` after the final heal, each broker's own Metadata answer
-(`broker-metadata`) and every replica's files (`replica`). The oracles that
+(`broker-metadata`), every replica's files (`replica`) and each broker's
+own state about every second (`broker-state`: read here, judged by
+reports/invariants.py). The oracles that
 read only those are plain functions here, used by both checkers (one
 definition, so they cannot disagree); the two that also need the clients'
 sends (`ack-below-min-isr`, the partition part of `unrecovered`) get their
@@ -40,6 +42,7 @@ class Observed:
     recovery: dict | None = None
     brokers: list[dict] = field(default_factory=list)
     replicas: list[dict] = field(default_factory=list)
+    states: list[dict] = field(default_factory=list)     # broker-state samples, in time order
     present: bool = False
     bounds: dict = field(default_factory=dict)   # run.json `checks`
     incarnations: Incarnations = field(default_factory=Incarnations)
@@ -75,7 +78,10 @@ def read_observations(run_dir: Path, bounds: dict | None = None) -> Observed:
             out.brokers.append(obs)
         elif kind == "replica":
             out.replicas.append(obs)
+        elif kind == "broker-state":
+            out.states.append(obs)
     out.metadata.sort(key=lambda o: o["time"])
+    out.states.sort(key=lambda o: o["time"])
     return out
 
 

@@ -9,10 +9,11 @@ tests hold them to that.
 
 from __future__ import annotations
 
+from reports import invariants
 from reports.groups import status as group_status
 from reports.observations import annotate_windows, checked
 from reports.readers import RunInput, open_run
-from reports.reference_analysis import analyze, latency, timeline, windows
+from reports.reference_analysis import analyze, latency, promises, timeline, windows
 from reports.registry import ANOMALIES
 from reports.summary import DEFAULT_MAX_INSTANCES, GROUP_TYPES, Findings, final_reads_complete
 
@@ -50,4 +51,5 @@ def check(run, max_instances: int | None = DEFAULT_MAX_INSTANCES) -> Findings:
         idempotent_producers=len({k[2] for k in a.idem_sends}),
         final_complete=bool(a.partitions) and final_reads_complete(a.partitions))
     f.oracles.update(dict.fromkeys(GROUP_TYPES, group_status(a.groups)))
+    f.oracles.update(invariants.status(a.observed, promises(a)))
     return f

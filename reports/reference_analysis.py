@@ -21,7 +21,7 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from reports import observations
+from reports import invariants, observations
 from reports.figures import (CLIENT_FUNCTIONS, NS_PER_SECOND, PERCENTILES, empty_counts,
                              fault_windows, nearest_rank)
 from reports.groups import commit_regressions, final_commits, read_groups, resume_candidates
@@ -570,6 +570,27 @@ def unrecovered(a: Analysis) -> list[dict]:
         out.append({"topic": tp[0], "partition": tp[1], "kind": "partition", "time": after,
                     "failed": len(ops), "errors": errors})
     return out
+
+
+def promises(a: Analysis) -> invariants.Promises:
+    """What the run's configuration promises (reports/invariants.py)."""
+    return invariants.Promises.of(a.run.run_json, a.nemesis, a.end_time)
+
+
+def _invariant(name: str):
+    """The reference function of invariant oracle `name`: Analysis -> its instances."""
+    def find(a: Analysis) -> list[dict]:
+        return invariants.found(name, a.observed, promises(a))
+    find.__name__ = find.__qualname__ = name.replace("-", "_")
+    return find
+
+
+isr_behind_hw = _invariant("isr-behind-hw")
+hw_regression = _invariant("hw-regression")
+committed_divergence = _invariant("committed-divergence")
+unclean_election = _invariant("unclean-election")
+dead_isr_member = _invariant("dead-isr-member")
+reassignment_unsynced = _invariant("reassignment-unsynced")
 
 
 def commit_regressed(a: Analysis) -> list[dict]:

@@ -159,6 +159,22 @@ def _unrecovered(a: dict) -> str:
     return f"{_tp(a)}: every send after the recovery failed ({a['failed']}): {a['errors']}"
 
 
+def _hw_regression(a: dict) -> str:
+    if a["rule"] == "HW past the LEO":
+        return f"{_tp(a)}: broker {a['broker']} (epoch {a['leader_epoch']}): HW {a['hw']} past its LEO {a['leo']}"
+    return (f"{_tp(a)}: leader {a['broker']} (epoch {a['leader_epoch']}): HW {a['previous']} "
+            f"then {a['hw']}")
+
+
+def _invariant(name: str, title: str, line: Callable[[dict], str]) -> Anomaly:
+    """An invariant oracle's entry (reports/invariants.py): fatal, judged
+    from the observations (where the run's configuration promises it), each
+    instance saying it all."""
+    fn = name.replace("-", "_")
+    return Anomaly(name=name, title=title, fatal=always, evidence=OBSERVATIONS, order=observed_order,
+                   context=NOTHING, line=line, reference=getattr(ref, fn), spark=getattr(sp, fn))
+
+
 # -- the table -------------------------------------------------------------------------------
 
 ANOMALIES: tuple[Anomaly, ...] = (
@@ -392,6 +408,39 @@ ANOMALIES: tuple[Anomaly, ...] = (
         reference=ref.unrecovered,
         spark=sp.unrecovered,
     ),
+    # The invariant oracles (reports/invariants.py): the design's definitions
+    # at every sample of the brokers' own state and of ZooKeeper, judged only
+    # where the run's configuration promises them (invariants.Promises:
+    # summary.json `oracles` says why not).
+    _invariant("isr-behind-hw",
+               "a leader's ISR held a follower whose LEO was below the HW "
+               "(checked with replication.truncation=leader-epoch)",
+               lambda a: (f"{_tp(a)}: leader {a['leader']} (epoch {a['leader_epoch']}) had follower "
+                          f"{a['follower']} in its ISR {a['isr']} at LEO {a['follower_leo']}, below "
+                          f"the HW {a['hw']}")),
+    _invariant("hw-regression",
+               "a leader's HW went back within its leader epoch, or a replica's HW passed its LEO",
+               _hw_regression),
+    _invariant("committed-divergence",
+               "two replicas held different batches at one committed offset (checked with "
+               "replication.truncation=leader-epoch and no disk fault)",
+               lambda a: (f"{_tp(a)}: committed batch at offset {a['offset']}: broker {a['broker']} "
+                          f"holds {a['batch']}, broker {a['other_broker']} held {a['other_batch']} "
+                          f"(batch: base, last offset, leader epoch, CRC)")),
+    _invariant("unclean-election",
+               "a leader was elected from outside the ISR (checked with "
+               "unclean.leader.election.enable=false)",
+               lambda a: (f"{_tp(a)}: leader {a['leader']} (epoch {a['leader_epoch']}) elected from "
+                          f"outside the ISR {a['previous_isr']} (leader before: {a['previous_leader']})")),
+    _invariant("dead-isr-member",
+               "an unregistered broker stayed in a live leader's ISR past replica.lag.time.max.ms "
+               "+ the ZooKeeper session timeout + 10 s",
+               lambda a: (f"{_tp(a)}: unregistered broker {a['broker']} still in the ISR {a['isr']} "
+                          f"of leader {a['leader']} after {a['seconds']} s")),
+    _invariant("reassignment-unsynced",
+               "a reassignment finished while a live new replica was outside the ISR",
+               lambda a: (f"{_tp(a)}: reassignment to {a['targets']} finished with {a['missing']} "
+                          f"outside the ISR {a['isr']}")),
     Anomaly(
         name="commit-regressed",
         title="a consumer group's acknowledged committed offset went backwards",

@@ -72,7 +72,7 @@ from dataclasses import dataclass, field
 from functools import reduce
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
-from reports import observations
+from reports import invariants, observations
 from reports.errors import HistoryError
 from reports.figures import (CLIENT_FUNCTIONS, NS_PER_SECOND, PERCENTILES, empty_counts,
                              fault_windows)
@@ -1415,6 +1415,32 @@ def unrecovered(a: SparkAnalysis) -> dict[int, Found]:
                 found[k].append({"topic": topic, "partition": partition, "kind": "partition",
                                  "time": d["after"], "failed": d["failed"], "errors": d["errors"]})
     return {k: Found(len(items), items) for k, items in found.items()}
+
+
+# The invariant oracles (reports/invariants.py) read only the observations,
+# which the driver holds already: broker-state samples are small (about one
+# per broker a second, a few KB each) and ZooKeeper's one a second. Each
+# calls the reference checker's pure function on them, run by run.
+
+def promises(a: SparkAnalysis, k: int) -> invariants.Promises:
+    """What run k's configuration promises (reports/invariants.py)."""
+    return invariants.Promises.of(a.runs[k].run_json, a.nemesis.get(k, []), a.stats[k]["end_time"])
+
+
+def _invariant(name: str):
+    """The Spark function of invariant oracle `name`: SparkAnalysis -> {run: Found}."""
+    def find(a: SparkAnalysis) -> dict[int, Found]:
+        return _every_run(a, lambda k: invariants.found(name, a.observed[k], promises(a, k)))
+    find.__name__ = find.__qualname__ = name.replace("-", "_")
+    return find
+
+
+isr_behind_hw = _invariant("isr-behind-hw")
+hw_regression = _invariant("hw-regression")
+committed_divergence = _invariant("committed-divergence")
+unclean_election = _invariant("unclean-election")
+dead_isr_member = _invariant("dead-isr-member")
+reassignment_unsynced = _invariant("reassignment-unsynced")
 
 
 def commit_regressed(a: SparkAnalysis) -> dict[int, Found]:

@@ -37,7 +37,7 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
-from reports import spark_analysis
+from reports import invariants, spark_analysis
 from reports.context import PER_KEY, empty_context
 from reports.errors import HistoryError
 from reports.groups import status as group_status
@@ -221,6 +221,7 @@ class SparkChecker:
             idempotent_producers=found["idempotent producers"].get(k, 0),
             final_complete=bool(f.partitions) and final_reads_complete(f.partitions))
         f.oracles.update(dict.fromkeys(GROUP_TYPES, group_status(a.groups[k])))
+        f.oracles.update(invariants.status(a.observed[k], spark_analysis.promises(a, k)))
         return f
 
     def context(self, requests: dict[int, dict], per_key: int = PER_KEY) -> dict[int, dict]:

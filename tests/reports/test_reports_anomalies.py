@@ -20,9 +20,11 @@ from reports_histgen import HistoryBuilder, run_json, write_run
 from reports import reference
 from reports.registry import BY_NAME
 from reports.report import render
+from reports.invariants import ORACLES
 from reports.summary import ANOMALY_TYPES, GROUP_TYPES, INCARNATION_TYPES, build_summary
 
 CASES = {}
+INVARIANT_TYPES = tuple(ORACLES)
 
 
 def case(fn):
@@ -596,7 +598,7 @@ def check_observed_metadata(s):
         ("broker-1", 0, 2)]
     assert all(v == "checked" for k, v in s["oracles"].items()
                if k not in ("read-uncommitted", "nonmonotonic-send", "replica-divergence",
-                            *GROUP_TYPES, *INCARNATION_TYPES))
+                            *GROUP_TYPES, *INCARNATION_TYPES, *INVARIANT_TYPES))
     assert s["oracles"]["group-skipped"] == "no input: no consumer group in the run (no groups.jsonl)"
 
 
@@ -772,7 +774,10 @@ def every_oracle_clean():
         replica(f"broker-{i}", [[0, 1]], [[0, 0, 1, 7]], [[1, 0]], 1) for i in (1, 2, 3)] + [
         # (another topic, deleted and created again: the resurrected oracle's input)
         {"kind": "topic-delete", "time": 0, "topic": "other"},
-        {"kind": "topic-create", "time": S, "topic": "other"}]
+        {"kind": "topic-create", "time": S, "topic": "other"}] + [
+        # (the broker-state samples of the invariant oracles, in a configuration promising them)
+        state(1, t * S, (1, 1, [1, 2, 3], 1, 1, {2: 1, 3: 1}, (0, 0, 1, 7))) for t in (0, 1)]
+    meta["cluster"] = promised()
     return b, meta
 
 
@@ -780,6 +785,182 @@ def check_every_oracle_clean(s):
     assert s["valid"] is True
     only(s)
     assert set(s["oracles"].values()) == {"checked"}
+
+
+# --------------------------------------------------------------------------- invariant oracles
+
+
+def promised(**config):
+    """run.json's cluster whose configuration promises every invariant oracle
+    (reports/invariants.py), with `config` over it."""
+    return {"brokers": 3, "broker_config": {
+        "replication.truncation": "leader-epoch", "unclean.leader.election.enable": "false",
+        "replica.lag.time.max.ms": "3000", "zookeeper.session.timeout.ms": "2000", **config}}
+
+
+def state(broker, time, *parts, start_epoch=1):
+    """A `broker-state` observation (the broker's state window); parts are
+    (leader, epoch, isr, hw, leo, followers, committed) of t/0."""
+    return {"kind": "broker-state", "time": time, "broker": broker, "start_epoch": start_epoch,
+            "truncated": False,
+            "partitions": [{"topic": "t", "partition": 0, "topic_id": "id-t", "leader": leader,
+                            "epoch": epoch, "isr": list(isr), "zk_version": epoch,
+                            "replicas": [1, 2, 3], "hw": hw, "leo": leo, "start": 0,
+                            "fenced": False, "committed": list(committed),
+                            **({"followers": {str(b): o for b, o in followers.items()}}
+                               if followers is not None else {})}
+                           for leader, epoch, isr, hw, leo, followers, committed in parts]}
+
+
+BATCH = (0, 0, 1, 7)   # the committed batch: base, last offset, leader epoch, CRC
+
+
+def broken_states():
+    """Leader 1 with follower 3 in its ISR behind the HW; its HW going back
+    in epoch 1; broker 2 naming another batch at committed offset 0."""
+    return [state(1, 0, (1, 1, [1, 2, 3], 1, 1, {2: 1, 3: 1}, BATCH)),
+            state(1, S, (1, 1, [1, 2, 3], 2, 2, {2: 2, 3: 1}, BATCH)),      # 3 at 1 < HW 2
+            state(1, 2 * S, (1, 1, [1, 2], 1, 2, {2: 2, 3: 1}, BATCH)),     # HW 2 then 1
+            state(2, 2 * S, (1, 1, [1, 2], 1, 2, None, (0, 0, 1, 8)))]      # another CRC
+
+
+def broken_metadata():
+    """t/0: broker 3 elected from outside ISR [1, 2]; unregistered broker 2
+    left in the ISR from 1 s to 17 s (dead-isr-member's grace: 3 + 2 + 10
+    s); t/1: a reassignment to [1, 2, 4] finished at 18 s with 4 outside the ISR."""
+    moving = {"t/1": [1, 2, 4]}
+    return ([sample(0, ("t", 0, 1, 1, [1, 2], 1), ("t", 1, 1, 1, [1, 2, 3], 1))] +
+            [sample(t * S, ("t", 0, 3, 2, [3, 2], 2), ("t", 1, 1, 1, [1, 3], 2),
+                    live=(1, 3, 4), reassigning=moving) for t in range(1, 18)] +
+            [sample(18 * S, ("t", 0, 3, 2, [3, 2], 2), ("t", 1, 1, 1, [1], 3),
+                    live=(1, 3, 4))])
+
+
+def _with_replicas(samples, tp, replicas):
+    for s in samples:
+        for p in s["partitions"]:
+            if f"{p['topic']}/{p['partition']}" == tp:
+                p["replicas"] = list(replicas)
+    return samples
+
+
+def invariant_run(observations, cluster, faults=()):
+    """A clean history beside `observations`; each of `faults` hits broker 4
+    from 16 s to 17 s."""
+    b = HistoryBuilder()
+    for phase, t in (("start", 16 * S), ("stop", 17 * S)):
+        for fault in faults:
+            b.add(process=-1, op=b.op_id(), type="info", f="nemesis", fault=fault, phase=phase,
+                  targets=["broker-4"], time=t)
+    send(b, 0, 1, 0, "producer-1")
+    final_read(b, 2, [(0, 1)], 1)
+    meta = workload(**{"producer-1": producer()})
+    meta["cluster"] = cluster
+    meta["observations"] = observations
+    return b, meta
+
+
+@case
+def invariants_of_broker_state():
+    return invariant_run(broken_states(), promised())
+
+
+def check_invariants_of_broker_state(s):
+    assert set(s["fatal"]) == {"isr-behind-hw", "hw-regression", "committed-divergence"}
+    only(s, isr_behind_hw=[{"leader": 1, "follower": 3, "follower_leo": 1, "hw": 2, "time": S}],
+         hw_regression=[{"rule": "leader HW went back", "broker": 1, "hw": 1, "previous": 2}],
+         committed_divergence=[{"offset": 0, "broker": 2, "batch": [0, 0, 1, 8], "other_broker": 1,
+                                "other_batch": list(BATCH)}])
+    assert all(s["oracles"][k] == "checked" for k in INVARIANT_TYPES[:3])
+
+
+@case
+def invariants_of_zookeeper():
+    samples = _with_replicas(broken_metadata()[-1:], "t/1", (1, 2, 4))
+    return invariant_run(broken_metadata()[:-1] + samples, promised())
+
+
+def check_invariants_of_zookeeper(s):
+    assert set(s["fatal"]) == {"unclean-election", "dead-isr-member", "reassignment-unsynced"}
+    only(s, unclean_election=[{"leader": 3, "previous_isr": [1, 2], "previous_leader": 1}],
+         dead_isr_member=[{"partition": 0, "broker": 2, "seconds": 16.0, "since": S}],
+         reassignment_unsynced=[{"partition": 1, "targets": [1, 2, 4], "missing": [4]}])
+
+
+@case
+def invariants_not_promised():
+    """The same evidence, in a configuration that does not promise them:
+    HW truncation (isr-behind-hw, committed-divergence), unclean elections
+    on, a disk fault (committed-divergence), a longer ISR lag and session
+    timeout (dead-isr-member's grace: 5 + 6 + 10 s), a kill of the new
+    replica around the reassignment's end (reassignment-unsynced)."""
+    samples = _with_replicas(broken_metadata()[-1:], "t/1", (1, 2, 4))
+    obs = broken_states() + broken_metadata()[:-1] + samples
+    return invariant_run(obs, promised(**{
+        "replication.truncation": "hw", "unclean.leader.election.enable": "true",
+        "replica.lag.time.max.ms": "5000", "zookeeper.session.timeout.ms": "6000"}),
+        faults=("truncate-tail", "kill"))
+
+
+def check_invariants_not_promised(s):
+    assert s["fatal"] == ["hw-regression"]
+    only(s, hw_regression=[{"rule": "leader HW went back"}])
+    o = s["oracles"]
+    assert o["isr-behind-hw"] == "not promised by the configuration: replication.truncation=hw"
+    assert o["committed-divergence"] == o["isr-behind-hw"]
+    assert o["unclean-election"] == ("not promised by the configuration: "
+                                     "unclean.leader.election.enable=true")
+    assert o["dead-isr-member"] == o["reassignment-unsynced"] == "checked"
+
+
+@case
+def invariants_with_disk_faults():
+    return invariant_run(broken_states(), promised(), faults=("bitflip",))
+
+
+def check_invariants_with_disk_faults(s):
+    assert set(s["fatal"]) == {"isr-behind-hw", "hw-regression"}
+    assert s["oracles"]["committed-divergence"] == (
+        "not promised by the configuration: disk faults (bitflip)")
+
+
+@case
+def invariants_of_another_system():
+    """Another system's run (run.json cluster.system): the design's
+    definitions, and the defaults they are read with, are the built-in broker's."""
+    samples = _with_replicas(broken_metadata()[-1:], "t/1", (1, 2, 4))
+    return invariant_run(broken_states() + broken_metadata()[:-1] + samples,
+                         {**promised(), "system": "tansu"})
+
+
+def check_invariants_of_another_system(s):
+    only(s)
+    assert all(s["oracles"][k].startswith("not promised by the configuration: tansu")
+               for k in INVARIANT_TYPES)
+
+
+@case
+def invariants_without_a_controller():
+    """Controller coordination with no controller registered: nobody could
+    drop the dead broker from the ISR (V2 coordination has no controller:
+    each leader drops it, and the grace counts)."""
+    obs = [{**m, "controller": None} for m in broken_metadata()[:-1]]
+    return invariant_run(obs, promised(**{"unclean.leader.election.enable": "true"}))
+
+
+def check_invariants_without_a_controller(s):
+    only(s)
+
+
+@case
+def invariants_of_v2_coordination():
+    obs = [{**m, "controller": None} for m in broken_metadata()[:-1]]
+    return invariant_run(obs, promised(**{"unclean.leader.election.enable": "true",
+                                          "coordination": "v2"}))
+
+
+def check_invariants_of_v2_coordination(s):
+    only(s, dead_isr_member=[{"partition": 0, "broker": 2}])
 
 
 # --------------------------------------------------------------------------- topics re-created

@@ -119,3 +119,40 @@ def test_a_reassignment_finished_before_its_new_replica_was_in_sync_fires():
     assert inv.reassignment_unsynced(synced, lag_s=10, disturbed=lambda b, t: False) == []
     cancelled = samples[:1] + [zk(2, lai(1, [1, 2, 3], 2, 1), live=(1, 2, 3, 4))]
     assert inv.reassignment_unsynced(cancelled, lag_s=10, disturbed=lambda b, t: False) == []
+
+
+# -- what a run's configuration promises --------------------------------------------------------
+
+def nemesis(fault, targets, start, stop):
+    return [{"index": 2 * start, "time": start * S, "fault": fault, "phase": "start", "targets": targets},
+            {"index": 2 * stop + 1, "time": stop * S, "fault": fault, "phase": "stop", "targets": targets}]
+
+
+def test_promises_read_run_json_over_the_built_in_broker_s_defaults():
+    default = inv.Promises.of({"cluster": {"broker_config": {}}}, [], 0)
+    assert (default.truncation, default.unclean, default.lag_s, default.session_s,
+            default.controller) == ("hw", True, 10.0, 6.0, True)
+    assert default.not_promised("isr-behind-hw") == "replication.truncation=hw"
+    assert default.not_promised("unclean-election") == "unclean.leader.election.enable=true"
+    assert default.not_promised("hw-regression") is default.not_promised("dead-isr-member") is None
+    run = {"cluster": {"broker_config": {"replication.truncation": "leader-epoch",
+                                         "unclean.leader.election.enable": "false",
+                                         "replica.lag.time.max.ms": "3000", "coordination": "v2"}},
+           "spec": {"cluster": {"zk_session_timeout_ms": 4000}}, "faults": ["kill"]}
+    p = inv.Promises.of(run, [], 0)
+    assert (p.lag_s, p.session_s, p.controller) == (3.0, 4.0, False)
+    assert all(p.not_promised(name) is None for name in inv.ORACLES)
+    # A disk fault that ran (or is listed) takes committed-divergence out; another system, all.
+    damaged = inv.Promises.of(run, nemesis("bitflip", ["broker-2"], 1, 2), 3 * S)
+    assert damaged.not_promised("committed-divergence") == "disk faults (bitflip)"
+    other = inv.Promises.of({**run, "cluster": {**run["cluster"], "system": "tansu"}}, [], 0)
+    assert all(other.not_promised(name) for name in inv.ORACLES)
+
+
+def test_a_fault_disturbs_its_brokers_around_its_window_an_admin_operation_none():
+    events = (nemesis("kill", ["broker-2"], 20, 25) + nemesis("reassign", ["broker-3"], 20, 25)
+              + nemesis("zk-pause", ["zk-1"], 60, 61))
+    p = inv.Promises.of({}, events, 100 * S)
+    assert p.disturbed(2, 11 * S) and p.disturbed(2, 35 * S) and not p.disturbed(2, 36 * S)
+    assert not p.disturbed(3, 22 * S)                 # an operation, not a failure
+    assert p.disturbed(1, 55 * S) and p.disturbed(3, 70 * S)   # ZooKeeper: every broker
