@@ -303,6 +303,10 @@ def _broker_ids(targets) -> frozenset | None:
 
 # -- the oracles as the checkers run them: Observed and Promises -> instances -------------------
 
+# summary.json `oracles` status of an oracle the run's configuration does not
+# promise: nothing to check, and nothing missing (suites read it so).
+NOT_PROMISED = "not promised by the configuration"
+
 ORACLES: dict[str, Callable[[Observed, Promises], list[dict]]] = {
     "isr-behind-hw": lambda obs, p: isr_behind_hw(obs.states),
     "hw-regression": lambda obs, p: hw_regression(obs.states),
@@ -328,7 +332,7 @@ def status(obs: Observed, promises: Promises) -> dict[str, str]:
     for name in ORACLES:
         why = promises.not_promised(name)
         if why:
-            out[name] = f"not promised by the configuration: {why}"
+            out[name] = f"{NOT_PROMISED}: {why}"
         elif name in STATE_TYPES and not obs.states:
             out[name] = "no input: no broker-state samples (the built-in broker's state window)"
         elif name in METADATA_TYPES and len(obs.versioned) < 2:
