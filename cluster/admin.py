@@ -1,10 +1,13 @@
 """Admin functions and the `chaoslog admin` command: topics, replica
 assignment and reassignment are created by an admin (docs/design.md#topics).
 
-The admin never talks to brokers: it writes ZooKeeper znodes that the
-controller watches (/brokers/topics/T, /admin/delete_topics/T,
+The admin never talks to brokers: it writes ZooKeeper znodes and reads the
+state back. Which znodes is the coordination mode's (cluster/coordination.py):
+those the controller watches (/brokers/topics/T, /admin/delete_topics/T,
 /admin/partitions_add/T/P, /admin/reassign_partitions,
-/admin/preferred_replica_election) and reads the state back.
+/admin/preferred_replica_election), or in V2 the brokers' state-change
+queues. Functions that write take the mode (`mode`, the controller's unless
+given); the checks before a write are the same in both.
 
 Library functions take a started KazooClient and raise AdminError with a
 one-line message; `run(args)` turns that into exit status 1 (2 for usage).
@@ -22,17 +25,15 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from cluster import zkpaths
+from cluster import modes, zkpaths
+from cluster.config import COORDINATION_MODES
 from cluster.controller.assignment import AssignmentError, assign_replicas
 from cluster.controller.state_change_log import read_state_log
+from cluster.coordination import AdminError, Coordination
 from cluster.zkpaths import BrokerRegistration, TopicAssignment
 from contracts.deadline import wait_until
 
 TOPIC_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-
-
-class AdminError(Exception):
-    """A request that cannot be done; the message is one line for the user."""
 
 
 class UsageError(AdminError):
@@ -124,13 +125,18 @@ def _check_topic_name(topic: str) -> None:
         raise UsageError(f"illegal topic name {topic!r}: use 1-249 of [a-zA-Z0-9._-]")
 
 
+def _mode(mode: Coordination | None) -> Coordination:
+    """The coordination mode a command runs in: the controller's unless named."""
+    return mode if mode is not None else modes.of("controller")
+
+
 def create_topic(zk: KazooClient, topic: str, partitions: int, replication_factor: int,
                  replica_assignment: dict[int, list[int]] | None = None,
-                 config: dict[str, Any] | None = None) -> dict[int, list[int]]:
-    """Write /brokers/topics/T; the controller then elects leaders
-    (docs/design.md#topics).
-    Without replica_assignment, replicas go round-robin over the live brokers
-    as Kafka's AdminUtils does. Returns the assignment."""
+                 mode: Coordination | None = None, timeout: float = 30.0) -> dict[int, list[int]]:
+    """Create the topic (docs/design.md#topics); its leaders are elected
+    next (wait_for_leaders). Without replica_assignment, replicas go
+    round-robin over the live brokers as Kafka's AdminUtils does. Returns
+    the assignment."""
     _check_topic_name(topic)
     if replica_assignment is None:
         if partitions < 1 or replication_factor < 1:
@@ -154,42 +160,31 @@ def create_topic(zk: KazooClient, topic: str, partitions: int, replication_facto
                 raise UsageError(f"partition {p}: replicas {r} must be distinct and non-empty")
         if len({len(r) for r in replica_assignment.values()}) != 1:
             raise UsageError("all partitions need the same number of replicas")
-    if zk.exists(zkpaths.delete_topic_path(topic)):
-        raise AdminError(f"topic {topic!r} is marked for deletion; try again when it is gone")
-    data = zkpaths.loads(TopicAssignment({p: tuple(r) for p, r in replica_assignment.items()},
-                                         zkpaths.new_topic_id()).encode())
-    if config:
-        data["config"] = {str(k): str(v) for k, v in config.items()}
-    zk.ensure_path(zkpaths.TOPICS)
-    try:
-        zk.create(zkpaths.topic_path(topic), zkpaths.dumps(data))
-    except NodeExistsError:
-        raise AdminError(f"topic {topic!r} already exists") from None
+    _mode(mode).create_topic(zk, topic, replica_assignment, timeout)
     return replica_assignment
 
 
-def delete_topic(zk: KazooClient, topic: str, wait: bool = False, timeout: float = 30.0) -> None:
-    """Mark the topic for deletion; the controller stops its replicas and
-    removes its znodes. With wait, return when /brokers/topics/T is gone."""
+def delete_topic(zk: KazooClient, topic: str, wait: bool = False, timeout: float = 30.0,
+                 mode: Coordination | None = None) -> list[int]:
+    """Delete the topic (the controller: mark it for deletion). With wait,
+    return when /brokers/topics/T is gone. Returns the brokers that were
+    down and remove their replicas when they come back."""
     _assignment(zk, topic)
-    try:
-        zk.create(zkpaths.delete_topic_path(topic), b"", makepath=True)
-    except NodeExistsError:
-        pass
+    down = _mode(mode).delete_topic(zk, topic, timeout)
     if wait:
         _wait(lambda: zk.exists(zkpaths.topic_path(topic)) is None, timeout,
               f"topic {topic!r} still exists after {timeout}s")
+    return down
 
 
 def add_partitions(zk: KazooClient, topic: str, count: int,
-                   replica_assignment: dict[int, list[int]] | None = None) -> dict[int, list[int]]:
-    """Grow the topic to `count` partitions via /admin/partitions_add/T/P
-    (docs/design.md#partitions). Returns the new partitions' replicas."""
-    if zk.exists(zkpaths.partitions_add_path(topic)):
-        raise AdminError(f"a partition add for {topic!r} is already in progress")
+                   replica_assignment: dict[int, list[int]] | None = None,
+                   mode: Coordination | None = None, timeout: float = 30.0
+                   ) -> dict[int, list[int]]:
+    """Grow the topic to `count` partitions (docs/design.md#partitions).
+    Returns the new partitions' replicas."""
     new = plan_new_partitions(zk, topic, count, replica_assignment)
-    _request(zk, zkpaths.partitions_add_path(topic),
-             {str(p): zkpaths.dumps(list(r)) for p, r in new.items()}, "new partitions")
+    _mode(mode).add_partitions(zk, topic, new, timeout)
     return new
 
 
@@ -211,7 +206,10 @@ def plan_new_partitions(zk: KazooClient, topic: str, count: int,
         first = ta.partitions[0][0] if 0 in ta.partitions else -1
         ids = sorted(live)
         start = ids.index(first) if first in ids else -1
-        new = assign_replicas(live, count - have, rf, start_index=start, start_partition=have)
+        try:
+            new = assign_replicas(live, count - have, rf, start_index=start, start_partition=have)
+        except AssignmentError as e:
+            raise AdminError(str(e)) from None
     else:
         new = {int(p): [int(b) for b in r] for p, r in replica_assignment.items()}
         if sorted(new) != list(range(have, count)):
@@ -219,12 +217,13 @@ def plan_new_partitions(zk: KazooClient, topic: str, count: int,
     return new
 
 
-def remove_partitions(zk: KazooClient, topic: str, partitions: list[int]) -> None:
-    """Request removal of partitions via /admin/partitions_remove/T/P
-    (docs/design.md#partitions), all in one request."""
+def remove_partitions(zk: KazooClient, topic: str, partitions: list[int],
+                      mode: Coordination | None = None, timeout: float = 30.0) -> list[int]:
+    """Remove partitions of the topic, all in one request
+    (docs/design.md#partitions). Returns the brokers that were down and
+    remove their replicas when they come back."""
     check_removal(topic, _assignment(zk, topic)[0], partitions)
-    _request(zk, zkpaths.partitions_remove_path(topic), {str(p): b"" for p in set(partitions)},
-             "the removal")
+    return _mode(mode).remove_partitions(zk, topic, sorted(set(partitions)), timeout)
 
 
 def check_removal(topic: str, ta: TopicAssignment, partitions: list[int]) -> None:
@@ -234,28 +233,6 @@ def check_removal(topic: str, ta: TopicAssignment, partitions: list[int]) -> Non
         raise AdminError(f"topic {topic!r} has no partitions {missing}")
     if set(partitions) >= set(ta.partitions):
         raise UsageError(f"that would remove every partition of {topic!r}: delete the topic instead")
-
-
-def _request(zk: KazooClient, parent: str, children: dict[str, bytes], what: str) -> None:
-    """Create `children` of `parent` in one transaction. The controller
-    deletes an admin parent znode once it has handled its last child, so the
-    children go in together (one by one, the controller could handle the
-    first and delete the parent before the next was created), and a parent
-    deleted between its creation and the transaction is created again."""
-    for _ in range(5):
-        zk.ensure_path(parent)
-        tx = zk.transaction()
-        for name, data in sorted(children.items()):
-            tx.create(f"{parent}/{name}", data)
-        res = tx.commit()
-        failed = [r for r in res if isinstance(r, Exception)]
-        if not failed:
-            return
-        if any(isinstance(r, NodeExistsError) for r in failed):
-            raise AdminError(f"{what} is already requested and not yet done; try again later")
-        if not any(isinstance(r, NoNodeError) for r in failed):
-            raise AdminError(f"could not request {what}: {failed}")
-    raise AdminError(f"could not request {what}: {parent} kept disappearing")
 
 
 def parse_plan(text: str) -> dict[tuple[str, int], list[int]]:
@@ -281,7 +258,7 @@ def parse_plan(text: str) -> dict[tuple[str, int], list[int]]:
 
 
 def reassign(zk: KazooClient, plan: dict[tuple[str, int], list[int]], wait: bool = False,
-             timeout: float = 60.0, coordination: str = "controller") -> dict[str, Any]:
+             timeout: float = 60.0, mode: Coordination | None = None) -> dict[str, Any]:
     """Start a reassignment (KAFKA-42). With wait, wait until the controller
     (in V2: each partition's leader) is done with every partition, then
     report success only if each partition's AR equals the requested replicas."""
@@ -291,30 +268,13 @@ def reassign(zk: KazooClient, plan: dict[tuple[str, int], list[int]], wait: bool
             raise AdminError(f"topic {t!r} has no partition {p}")
         if not r or len(set(r)) != len(r):
             raise UsageError(f"{t}-{p}: replicas {r} must be distinct and non-empty")
+    mode = _mode(mode)
+    mode.start_reassignment(zk, plan)
     result: dict[str, Any] = {"started": True, "done": False, "partitions": []}
-    if coordination == "v2":
-        from cluster.v2 import admin as v2admin
-        try:
-            left = v2admin.reassign(zk, plan, timeout if wait else 0.0)
-        except v2admin.V2AdminError as e:
-            raise AdminError(str(e)) from None
-        if not wait:
-            return result
-        return _reassign_result(zk, plan, left, result)
-    try:
-        zk.create(zkpaths.REASSIGN_PARTITIONS, zkpaths.encode_reassignment(plan), makepath=True)
-    except NodeExistsError:
-        raise AdminError("a partition reassignment is already in progress") from None
     if not wait:
         return result
-
-    def pending() -> set[tuple[str, int]]:
-        try:
-            return set(zkpaths.decode_reassignment(zk.get(zkpaths.REASSIGN_PARTITIONS)[0])) & set(plan)
-        except NoNodeError:
-            return set()
-    wait_until(lambda: not pending(), timeout, 0.1)
-    return _reassign_result(zk, plan, pending(), result)
+    wait_until(lambda: not mode.reassigning(zk, set(plan)), timeout, 0.1)
+    return _reassign_result(zk, plan, mode.reassigning(zk, set(plan)), result)
 
 
 def _reassign_result(zk: KazooClient, plan: dict[tuple[str, int], list[int]],
@@ -336,12 +296,14 @@ def _reassign_result(zk: KazooClient, plan: dict[tuple[str, int], list[int]],
 
 
 def preferred_election(zk: KazooClient, topic: str | Iterable[str] | None = None,
-                       coordination: str = "controller", timeout: float = 30.0
+                       mode: Coordination | None = None, timeout: float = 30.0
                        ) -> list[tuple[str, int]]:
-    """Ask the controller to move leadership back to the preferred replicas of
-    a topic, of several, or of every topic; the partitions asked for. In V2
-    the leaders resign themselves: wait up to `timeout` for them, and fail
-    naming the partitions whose preferred replica could lead and does not."""
+    """Ask for leadership back on the preferred replicas of a topic, of
+    several, or of every topic; the partitions asked for. The controller
+    carries it out and removes the request; in V2 the leaders resign
+    themselves while the request is there: wait up to `timeout` for them,
+    remove it, and fail naming the partitions whose preferred replica could
+    lead and does not."""
     if topic is None:
         topics = list_topics(zk)
     else:
@@ -352,18 +314,10 @@ def preferred_election(zk: KazooClient, topic: str | Iterable[str] | None = None
         tps += [(t, p) for p in sorted(ta.partitions)]
     if not tps:
         raise AdminError("no partitions to elect")
-    if coordination == "v2":
-        from cluster.v2 import admin as v2admin
-        stuck = v2admin.preferred_election(zk, tps, timeout)
-        if stuck:
-            raise AdminError(f"after {timeout:g} s the preferred replica, live and in sync, does "
-                             f"not lead {', '.join(f'{t}-{p}' for t, p in stuck)}; try again")
-        return tps
-    try:
-        zk.create(zkpaths.PREFERRED_REPLICA_ELECTION, zkpaths.encode_partition_list(tps),
-                  makepath=True)
-    except NodeExistsError:
-        raise AdminError("a preferred replica election is already in progress") from None
+    stuck = _mode(mode).elect_preferred(zk, tps, timeout)
+    if stuck:
+        raise AdminError(f"after {timeout:g} s the preferred replica, live and in sync, does "
+                         f"not lead {', '.join(f'{t}-{p}' for t, p in stuck)}; try again")
     return tps
 
 
@@ -405,7 +359,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                    help="ZooKeeper connect string (default %(default)s)")
     p.add_argument("--zk-timeout", type=float, default=10.0, metavar="S",
                    help="give up connecting to ZooKeeper after S seconds")
-    p.add_argument("--coordination", choices=("controller", "v2"), default="controller",
+    p.add_argument("--coordination", choices=COORDINATION_MODES, default="controller",
                    help="the brokers' coordination mode (docs/design.md#v2-admin): with v2 "
                         "the topic commands tell the brokers through their state-change queues")
     p.set_defaults(func=run, admin_cmd=None)
@@ -415,7 +369,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         q = parent.add_parser(name, help=help_)
         # --zookeeper also accepted after the subcommand
         q.add_argument("--zookeeper", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-        q.add_argument("--coordination", choices=("controller", "v2"), default=argparse.SUPPRESS,
+        q.add_argument("--coordination", choices=COORDINATION_MODES, default=argparse.SUPPRESS,
                        help=argparse.SUPPRESS)
         q.set_defaults(func=run)
         return q
@@ -484,49 +438,6 @@ def _out(args: argparse.Namespace, obj: Any, text: str) -> None:
     print(json.dumps(obj, sort_keys=True) if getattr(args, "json", False) else text)
 
 
-V2_TOPIC_ACTIONS = ("create", "delete", "add-partitions", "remove-partitions")
-
-
-def _dispatch_v2(zk: KazooClient, args: argparse.Namespace) -> bool:
-    """The commands that differ with --coordination v2; False when the
-    command is the same in both modes (describe, list, brokers)."""
-    from cluster.v2 import admin as v2admin
-    cmd, tc = args.admin_cmd, getattr(args, "topics_cmd", None)
-    if cmd in ("controller", "state-log"):
-        raise UsageError(f"{cmd} is not built for --coordination v2 (docs/design.md#v2-admin: "
-                         "V2 has no controller)")
-    if cmd != "topics" or tc not in V2_TOPIC_ACTIONS:
-        return False
-    try:
-        if tc == "create":
-            ra = (_parse_assignment(args.replica_assignment) if args.replica_assignment
-                  else assign_replicas(live_ids(zk), args.partitions, args.replication_factor))
-            v2admin.create_topic(zk, args.topic, ra, args.timeout)
-            if args.wait:
-                wait_for_leaders(zk, args.topic, args.timeout)
-            _out(args, {"topic": args.topic, "replicas": {str(p): r for p, r in ra.items()}},
-                 f"created topic {args.topic}: " + " ".join(f"{p}:{r}" for p, r in sorted(ra.items())))
-        elif tc == "delete":
-            down = v2admin.delete_topic(zk, args.topic, args.timeout)
-            print(f"topic {args.topic} deleted" + (
-                f"; brokers {down} are down and remove their replicas when they come back"
-                if down else ""))
-        elif tc == "add-partitions":
-            new = plan_new_partitions(zk, args.topic, args.partitions)
-            v2admin.add_partitions(zk, args.topic, new)
-            _out(args, {"topic": args.topic, "added": {str(p): r for p, r in new.items()}},
-                 f"added partitions {sorted(new)} to {args.topic}")
-        else:
-            parts = _parse_partitions(args.partitions)
-            check_removal(args.topic, _assignment(zk, args.topic)[0], parts)
-            down = v2admin.remove_partitions(zk, args.topic, parts)
-            _out(args, {"topic": args.topic, "removed": parts, "down": down},
-                 f"removed partitions {parts} of {args.topic}")
-    except (v2admin.V2AdminError, AssignmentError) as e:
-        raise AdminError(str(e)) from None
-    return True
-
-
 def _parse_partitions(text: str) -> list[int]:
     try:
         return sorted({int(x) for x in text.split(",")})
@@ -536,20 +447,28 @@ def _parse_partitions(text: str) -> list[int]:
 
 def _dispatch(zk: KazooClient, args: argparse.Namespace) -> int:
     cmd = args.admin_cmd
-    if args.coordination == "v2" and _dispatch_v2(zk, args):
-        return 0
+    mode = modes.of(args.coordination)
+    # A V2 command has done its part when it returns; a controller-mode one
+    # has asked the controller (docs/design.md#v2-admin).
+    done = mode.waits_for_brokers
+    if cmd in ("controller", "state-log") and not mode.has_controller:
+        raise UsageError(f"{cmd} is not built for --coordination {mode.name} "
+                         "(docs/design.md#v2-admin: V2 has no controller)")
     if cmd == "topics":
         tc = args.topics_cmd
         if tc == "create":
             ra = _parse_assignment(args.replica_assignment) if args.replica_assignment else None
-            got = create_topic(zk, args.topic, args.partitions, args.replication_factor, ra)
+            got = create_topic(zk, args.topic, args.partitions, args.replication_factor, ra,
+                               mode, args.timeout)
             if args.wait:
                 wait_for_leaders(zk, args.topic, args.timeout)
             _out(args, {"topic": args.topic, "replicas": {str(p): r for p, r in got.items()}},
                  f"created topic {args.topic}: " + " ".join(f"{p}:{r}" for p, r in sorted(got.items())))
         elif tc == "delete":
-            delete_topic(zk, args.topic, args.wait, args.timeout)
-            print(f"topic {args.topic} {'deleted' if args.wait else 'marked for deletion'}")
+            down = delete_topic(zk, args.topic, args.wait, args.timeout, mode)
+            print(f"topic {args.topic} {'deleted' if args.wait or done else 'marked for deletion'}"
+                  + (f"; brokers {down} are down and remove their replicas when they come back"
+                     if down else ""))
         elif tc == "describe":
             topics = [args.topic] if args.topic else list_topics(zk)
             descs = [describe_topic(zk, t) for t in topics]
@@ -566,14 +485,15 @@ def _dispatch(zk: KazooClient, args: argparse.Namespace) -> int:
             t = list_topics(zk)
             _out(args, t, "\n".join(t))
         elif tc == "add-partitions":
-            got = add_partitions(zk, args.topic, args.partitions)
+            got = add_partitions(zk, args.topic, args.partitions, mode=mode)
             _out(args, {"topic": args.topic, "added": {str(p): r for p, r in got.items()}},
-                 f"requested partitions {sorted(got)} for {args.topic}")
+                 f"{'added' if done else 'requested'} partitions {sorted(got)} for {args.topic}")
         elif tc == "remove-partitions":
             parts = _parse_partitions(args.partitions)
-            remove_partitions(zk, args.topic, parts)
-            _out(args, {"topic": args.topic, "removing": parts},
-                 f"requested the removal of partitions {parts} of {args.topic}")
+            down = remove_partitions(zk, args.topic, parts, mode)
+            _out(args, {"topic": args.topic, "removed" if done else "removing": parts, "down": down},
+                 f"{'removed' if done else 'requested the removal of'} partitions {parts} "
+                 f"of {args.topic}")
         else:
             raise UsageError("topics needs an action: create, delete, describe, list, "
                              "add-partitions, remove-partitions")
@@ -582,7 +502,7 @@ def _dispatch(zk: KazooClient, args: argparse.Namespace) -> int:
             text = Path(args.plan).read_text()
         except OSError as e:
             raise UsageError(f"cannot read plan {args.plan}: {e.strerror}") from None
-        res = reassign(zk, parse_plan(text), args.wait, args.timeout, args.coordination)
+        res = reassign(zk, parse_plan(text), args.wait, args.timeout, mode)
         if args.json:
             print(json.dumps(res, sort_keys=True))
         elif not args.wait:
@@ -595,7 +515,7 @@ def _dispatch(zk: KazooClient, args: argparse.Namespace) -> int:
             print("error: reassignment did not complete as requested", file=sys.stderr)
             return 1
     elif cmd == "preferred-election":
-        tps = preferred_election(zk, args.topic, args.coordination, args.timeout)
+        tps = preferred_election(zk, args.topic, mode, args.timeout)
         _out(args, {"partitions": [{"topic": t, "partition": p} for t, p in tps]},
              f"preferred replica election requested for {len(tps)} partitions")
     elif cmd == "controller":

@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import Any
 
 # key -> default. The type of the default is the type of the setting.
+# The coordination modes (cluster/coordination.py builds them).
+COORDINATION_MODES = ("controller", "v2")
+
 DEFAULTS: dict[str, Any] = {
     "broker.id": 0,
     # Where the broker binds, and what it registers in ZooKeeper for clients.
@@ -72,8 +75,9 @@ DEFAULTS: dict[str, Any] = {
     "group.initial.rebalance.delay.ms": 3000,
     "group.min.session.timeout.ms": 6000,
     "group.max.session.timeout.ms": 300000,
-    # Coordination (docs/design.md#v2): "controller" (the default design) or
-    # "v2" (no controller; each partition's leader coordinates).
+    # Coordination (docs/design.md#coordination-modes): "controller" (the
+    # default design) or "v2" (no controller; each partition's leader
+    # coordinates).
     "coordination": "controller",
     "v2.preferred.replica.wait.ms": 500,      # the seed's PreferredReplicaTime
     "v2.metadata.refresh.ms": 500,            # how often a V2 broker reads the cluster
@@ -162,8 +166,8 @@ class BrokerConfig:
     def validate(self) -> None:
         if self["replication.truncation"] not in ("hw", "leader-epoch"):
             raise ConfigError("replication.truncation must be 'hw' or 'leader-epoch'")
-        if self["coordination"] not in ("controller", "v2"):
-            raise ConfigError("coordination must be 'controller' or 'v2'")
+        if self["coordination"] not in COORDINATION_MODES:
+            raise ConfigError(f"coordination must be one of {', '.join(map(repr, COORDINATION_MODES))}")
         if self["min.insync.replicas"] < 1:
             raise ConfigError("min.insync.replicas must be at least 1")
         if self["offsets.topic.num.partitions"] < 1 or self["offsets.topic.replication.factor"] < 1:

@@ -31,6 +31,7 @@ from typing import Callable
 
 import pytest
 
+from cluster.config import COORDINATION_MODES
 from harness.backends import BACKENDS, default_backend, make_cluster
 
 TARGETS = ("chaoslog", "tansu")
@@ -51,7 +52,7 @@ def pytest_addoption(parser):
     group.addoption("--chaoslog-target", choices=TARGETS, default="chaoslog",
                     help="the system the clusters run: chaoslog (the built-in broker) or tansu "
                          "(its opt-in image; only tests marked any_target run)")
-    group.addoption("--chaoslog-coordination", choices=("controller", "v2"), default="controller",
+    group.addoption("--chaoslog-coordination", choices=COORDINATION_MODES, default="controller",
                     help="the built-in broker's coordination mode (docs/design.md#v2); with v2 "
                          "only tests marked any_coordination or v2_only run")
 
@@ -161,8 +162,7 @@ class ClusterFactory:
             cluster: Cluster = TansuCluster(TansuSpec(name=name, brokers=brokers, proxied=proxied))
         else:
             cfg = dict(broker_config or {})
-            if self.coordination != "controller":
-                cfg.setdefault("coordination", self.coordination)
+            cfg.setdefault("coordination", self.coordination)
             spec = ClusterSpec(name=name, brokers=brokers, zookeepers=zookeepers,
                                broker_config=cfg, proxied=proxied, **spec_kw)
             cluster = make_cluster(spec, backend or self.backend)

@@ -34,7 +34,7 @@ from faults.heal import final_heal
 from faults.injectors.base import FaultContext, FaultError, Injector
 from faults.nemesis import Nemesis, Schedule, make_schedule, parse_weights
 from faults.targets import Resolver, Target, TargetError, qualify
-from harness.backends.base import ClusterError, ClusterSpec, is_v2, v2_refusal
+from harness.backends.base import ClusterError, ClusterSpec, coordination_of, mode_refusal
 from harness.history import (HistoryRecorder, HistoryStats, collect_logs, dump_zookeeper,
                              new_run_id, utc_now_iso, write_run_json)
 from harness.observer import (OBSERVATIONS, MetadataSampler, Observations, StateSampler,
@@ -441,7 +441,7 @@ def _refusal(spec: ClusterSpec) -> Callable[[str, str | None], str | None] | Non
         return ExternalCluster(spec).refuses
     if isinstance(spec, TansuSpec):
         return refusal
-    return v2_refusal if is_v2(spec.broker_config) else None
+    return mode_refusal(coordination_of(spec.broker_config))
 
 
 def allowed_roles(refuses: Callable[[str, str | None], str | None], weights: dict[str, float],
@@ -708,11 +708,11 @@ class Run:
         healed_at = self.recorder.now()
         self.outcome["final_heal"] = self.heal(final=True)
         self.phase = "recovery"
-        v2 = is_v2(self.cluster.spec.broker_config)
+        mode = coordination_of(self.cluster.spec.broker_config)
         recovery = await_recovery(self._state(probe=True), self.observations,
                                   [n.broker_id for n in self.cluster.brokers()],
                                   healed_at=healed_at, bound_s=RECOVERY_BOUND_S,
-                                  controller=not v2)
+                                  controller=mode.has_controller)
         self.outcome["recovery"] = {k: recovery[k] for k in ("recovered", "detail")}
         self.phase = "quiet"
         time.sleep(quiet_s)

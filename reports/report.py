@@ -45,6 +45,10 @@ pre { background: #fff; border: 1px solid #ddd; padding: 8px; overflow-x: auto; 
 """
 
 
+# How the report names the built-in broker's coordination modes.
+MODE_TITLES = {"controller": "controller", "v2": "V2 coordination"}
+
+
 def _e(x) -> str:
     return escape("" if x is None else str(x))
 
@@ -297,7 +301,7 @@ def _system(cluster: dict) -> str:
     system = cluster.get("system") or "chaoslog"
     if system == "chaoslog":
         mode = str((cluster.get("broker_config") or {}).get("coordination") or "controller")
-        system += " (V2 coordination)" if mode == "v2" else " (controller)"
+        system += f" ({MODE_TITLES.get(mode, mode)})"
     return f"{system}{size}"
 
 

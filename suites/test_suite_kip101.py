@@ -78,7 +78,7 @@ import threading
 
 import pytest
 
-from harness.backends.base import is_v2
+from harness.backends.base import coordination_of
 from suite_helpers import (S, SESSION_TIMEOUT_S, AckWatch, ZkView, ack_times, broker, describe,
                            divergence, events, reads, replica_log, wait_for)
 
@@ -243,7 +243,8 @@ def test_divergence_after_multiple_hard_failures(cluster, workload, nemesis, his
     zk = ZkView(nemesis.run.zk)
     # The replicas are the two brokers that are not the controller (V2 has
     # none: brokers 1 and 2).
-    x = 3 if is_v2(cluster.spec.broker_config) else wait_for(zk.controller, 30, "a controller")
+    x = (wait_for(zk.controller, 30, "a controller")
+         if coordination_of(cluster.spec.broker_config).has_controller else 3)
     a, b = sorted({1, 2, 3} - {x})
     run = workload({"t": 1}, acks="all", rate=150, producers=2, slots=4, consumers=1,
                    assignment={"t": {0: [a, b]}})

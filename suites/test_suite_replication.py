@@ -36,7 +36,7 @@ import os
 
 import pytest
 
-from harness.backends.base import is_v2
+from harness.backends.base import coordination_of
 from suite_helpers import S, SAFE, AckWatch, ZkView, describe, wait_for
 
 pytestmark = [pytest.mark.docker]
@@ -86,7 +86,7 @@ def _case(cluster, workload, nemesis, history, mode: str, target: str, rounds: i
     # The scripted schedule: the fault against whoever holds the role now.
     t0 = acks.now()
     if fault in ("stop", "kill"):
-        hold_s = HOLD_S_V2 if is_v2(cluster.spec.broker_config) else HOLD_S
+        hold_s = HOLD_S if coordination_of(cluster.spec.broker_config).has_controller else HOLD_S_V2
         inj = nemesis.inject(fault, role, partition=(topic, 0))
         wait_for(lambda: acks.now() - t0 >= hold_s * S, hold_s + 5, "the hold")
     else:

@@ -112,7 +112,8 @@ def layer_violations(graph: dict[str, set[str]]) -> list[str]:
 # its configuration, ZooKeeper layout, admin operations (of both coordination
 # modes), the on-disk format (disk faults), the wire codecs and error codes (probes,
 # the fuzzer) and the group -> offsets partition mapping (coordinator targets).
-CLUSTER_PUBLIC = ("cluster.config", "cluster.zkpaths", "cluster.admin", "cluster.v2.admin",
+CLUSTER_PUBLIC = ("cluster.config", "cluster.zkpaths", "cluster.admin", "cluster.modes",
+                  "cluster.coordination", "cluster.v2.admin",
                   "cluster.log.crash", "cluster.log.batch", "cluster.protocol",
                   "cluster.server.offsets_topic")
 

@@ -222,8 +222,8 @@ MUTANTS: list[Mutant] = [
            "            self._on_new_partitions(tps)",
            "            log.info(\"controller %d: added partitions %s to topic %s\", self.broker_id, sorted(adds), t)",
            "g-recovery", "partitions added to a topic are assigned but never get a leader"),
-    Mutant("reregistration-keeps-deleted-replicas", "cluster/broker.py",
-           "            self.rm.delete_unassigned(await self._assigned_here())\n",
+    Mutant("reregistration-keeps-deleted-replicas", "cluster/controller/coordination.py",
+           "        self.rm.delete_unassigned(await self.assigned_replicas())\n",
            "",
            "g-topics", "a broker that registers again after its session expired keeps the "
                        "replicas of topics deleted meanwhile (and leads them)"),

@@ -130,7 +130,7 @@ MUTANTS_BLIND: list[Mutant] = [
            "g-controller-epoch", "after a session expiry the broker still accepts requests the "
                                  "controller addressed to its previous registration, applying stale "
                                  "metadata over newer"),
-    Mutant("startup-ignores-pending-reassignment", "cluster/broker.py",
+    Mutant("startup-ignores-pending-reassignment", "cluster/controller/coordination.py",
            "            if self.broker_id in rar:\n",
            "            if False:\n",
            "g-durability", "a reassignment target that restarts deletes its copy (not yet in the "

@@ -45,7 +45,7 @@ MUTANTS_BLIND_2: list[Mutant] = [
     ),
     Mutant(
         id="b2-cs-broker-ignores-remaining",
-        file="cluster/broker.py",
+        file="cluster/controller/coordination.py",
         find="                if resp.error == E.NONE and not resp.partitions_remaining:\n",
         replace="                if resp.error == E.NONE:\n",
         breaks="g-broker-failure",
@@ -258,10 +258,10 @@ MUTANTS_BLIND_2: list[Mutant] = [
     # -- the admin API ------------------------------------------------------------------------
     Mutant(
         id="b2-topic-created-without-id",
-        file="cluster/admin.py",
-        find="    data = zkpaths.loads(TopicAssignment({p: tuple(r) for p, r in replica_assignment.items()},\n"
-             "                                         zkpaths.new_topic_id()).encode())\n",
-        replace="    data = zkpaths.loads(TopicAssignment({p: tuple(r) for p, r in replica_assignment.items()}).encode())\n",
+        file="cluster/controller/coordination.py",
+        find="        data = TopicAssignment({p: tuple(r) for p, r in assignment.items()},\n"
+             "                               zkpaths.new_topic_id()).encode()\n",
+        replace="        data = TopicAssignment({p: tuple(r) for p, r in assignment.items()}).encode()\n",
         breaks="g-topics",
         note="topics get no topic id: a topic deleted while a replica's broker was down and "
              "created again on the same brokers serves the old topic's records",

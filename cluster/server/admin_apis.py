@@ -24,10 +24,12 @@ from typing import Any, Awaitable, Callable, Iterable
 
 from kafka.protocol.admin import (CreatePartitionsResponse, CreateTopicsResponse,
                                   DeleteTopicsResponse, DescribeConfigsResponse)
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NoNodeError
 
 from cluster import admin, zkpaths
 from cluster.config import DEFAULTS
+from cluster.controller.assignment import AssignmentError
+from cluster.coordination import Coordination
 from cluster.protocol import errors as E
 from cluster.server.metadata_cache import MetadataCache
 from contracts.deadline import Deadline, wait_until_async
@@ -54,6 +56,8 @@ TOPIC_CONFIGS = {
 }
 
 POLL_S = 0.1  # how often a request with a timeout looks whether the controller acted
+# How long a command that waits for the brokers (V2) may wait for them.
+COMMAND_TIMEOUT_S = 30.0
 # More partitions than any test needs: a larger count is refused before
 # anything is assigned (found by the protocol fuzzer: a CreatePartitions of
 # 2^31-1 partitions kept the ZooKeeper thread busy assigning them).
@@ -160,20 +164,20 @@ def describe_configs(values: dict[str, Any], keys: list[str] | None, topic_level
 
 class AdminApis:
     """Handed the broker's config, its metadata cache, its ZooKeeper client
-    (blocking calls run through zk.call) and a way to ask whether this
-    broker is the active controller."""
+    (blocking calls run through zk.call), the coordination mode whose admin
+    commands it issues, and a way to ask whether this broker serves admin
+    requests now (the active controller; in V2 any broker,
+    docs/design.md#v2-admin)."""
 
     def __init__(self, cfg: Any, metadata: MetadataCache, zk: Any,
-                 is_controller: Callable[[], bool]):
+                 mode: Coordination | None, serves_admin: Callable[[], bool]):
         self.cfg = cfg
         self.broker_id = cfg.broker_id
         self.defaults = (cfg["num.partitions"], cfg["default.replication.factor"])
         self.metadata = metadata
         self.zk = zk
-        # V2 has no controller: any broker carries out the V2 admin
-        # commands (docs/design.md#v2-admin).
-        self.v2 = cfg["coordination"] == "v2"
-        self.is_controller = (lambda: True) if self.v2 else is_controller
+        self.mode = mode
+        self.serves_admin = serves_admin
 
     async def _serve(self, names: list[str], act: Callable[[int], Awaitable[Refusal | None]],
                      timeout_ms: int, done: Callable[[int], Callable[[], bool]] | None,
@@ -189,7 +193,7 @@ class AdminApis:
         for i, name in enumerate(names):
             if names.count(name) > 1:
                 results[name] = Refusal(E.INVALID_REQUEST, f"topic {name!r} named twice")
-            elif not self.is_controller():
+            elif self.mode is None or not self.serves_admin():
                 results[name] = Refusal(E.NOT_CONTROLLER, "this broker is not the controller")
             elif (refusal := await act(i)) is not None:
                 results[name] = refusal
@@ -241,32 +245,20 @@ class AdminApis:
             return None
         partitions = self.defaults[0] if num_partitions == -1 else num_partitions
         rf = self.defaults[1] if replication_factor == -1 else replication_factor
-        if self.v2:
-            return self._create_v2(name, plan or admin.assign_replicas(
-                admin.live_ids(kz), partitions, rf))
         try:
-            admin.create_topic(kz, name, partitions, rf, replica_assignment=plan)
-        except admin.AdminError as e:
+            self.mode.create_topic(kz, name, plan or admin.assign_replicas(
+                admin.live_ids(kz), partitions, rf), COMMAND_TIMEOUT_S)
+        except (admin.AdminError, AssignmentError) as e:
             exists = kz.exists(zkpaths.topic_path(name)) is not None
             return Refusal(E.TOPIC_ALREADY_EXISTS if exists else E.UNKNOWN_SERVER_ERROR, str(e))
         log.info("CreateTopics: topic %s created", name)
         return None
 
-    def _create_v2(self, name: str, assignment: dict[int, list[int]]) -> Refusal | None:
-        """On a thread of its own (_call): create through the V2 admin command."""
-        from cluster.v2 import admin as v2admin
-        try:
-            v2admin.create_topic(self.zk.kazoo, name, assignment)
-        except v2admin.V2AdminError as e:
-            return Refusal(E.UNKNOWN_SERVER_ERROR, str(e))
-        log.info("CreateTopics: topic %s created (V2)", name)
-        return None
-
     def _call(self, fn: Callable, *args: Any) -> Awaitable[Any]:
-        """Run blocking `fn`: on the ZooKeeper thread, or in V2 on a thread
-        of its own (a V2 command waits until this broker's V2 component,
-        which needs the ZooKeeper thread, took its queued request)."""
-        if self.v2:
+        """Run blocking `fn`: on the ZooKeeper thread, or on a thread of its
+        own where the command waits for the brokers (this one's own part
+        needs the ZooKeeper thread)."""
+        if self.mode.waits_for_brokers:
             return asyncio.get_running_loop().run_in_executor(None, fn, *args)
         return self.zk.call(fn, *args)
 
@@ -294,21 +286,13 @@ class AdminApis:
         kz = self.zk.kazoo
         if kz.exists(zkpaths.topic_path(name)) is None:
             return False
-        if self.v2:
-            from cluster.v2 import admin as v2admin
-            try:
-                down = v2admin.delete_topic(kz, name)
-            except v2admin.V2AdminError as e:
-                log.warning("DeleteTopics: %s", e)
-                return True          # marked; the client's timeout says it is not done
-            log.info("DeleteTopics: topic %s deleted (V2); brokers %s act on it when back",
-                     name, down)
-            return True
         try:
-            kz.create(zkpaths.delete_topic_path(name), b"", makepath=True)
-        except NodeExistsError:
-            pass
-        log.info("DeleteTopics: topic %s marked for deletion", name)
+            down = self.mode.delete_topic(kz, name, COMMAND_TIMEOUT_S)
+        except admin.AdminError as e:
+            log.warning("DeleteTopics: %s", e)
+            return True          # asked; the client's timeout says it is not done
+        log.info("DeleteTopics: topic %s deleted or marked for deletion%s", name,
+                 f"; brokers {down} act on it when back" if down else "")
         return True
 
     # -- CreatePartitions -------------------------------------------------------------------
@@ -350,25 +334,12 @@ class AdminApis:
         plan = plan_partitions(count, len(current), rf, assignments, admin.live_ids(kz))
         if isinstance(plan, Refusal) or validate_only:
             return plan if isinstance(plan, Refusal) else None
-        if self.v2:
-            return self._add_partitions_v2(name, count, plan)
         try:
-            admin.add_partitions(kz, name, count, replica_assignment=plan)
+            self.mode.add_partitions(kz, name, admin.plan_new_partitions(kz, name, count, plan),
+                                     COMMAND_TIMEOUT_S)
         except admin.AdminError as e:
             return Refusal(E.INVALID_PARTITIONS, str(e))
         log.info("CreatePartitions: topic %s grows to %d partitions", name, count)
-        return None
-
-    def _add_partitions_v2(self, name: str, count: int,
-                           plan: dict[int, list[int]] | None) -> Refusal | None:
-        """On a thread of its own (_call): add through the V2 admin command."""
-        from cluster.v2 import admin as v2admin
-        kz = self.zk.kazoo
-        try:
-            v2admin.add_partitions(kz, name, admin.plan_new_partitions(kz, name, count, plan))
-        except (admin.AdminError, v2admin.V2AdminError) as e:
-            return Refusal(E.INVALID_PARTITIONS, str(e))
-        log.info("CreatePartitions: topic %s grows to %d partitions (V2)", name, count)
         return None
 
     # -- DescribeConfigs --------------------------------------------------------------------

@@ -21,6 +21,7 @@ from kafka.protocol.metadata import MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatch
 
+from cluster.coordination import Component, Coordination
 from cluster.protocol import api, control
 from cluster.protocol import errors as E
 from cluster.protocol.frame import (ProtocolError, RequestHeader, frame_response,
@@ -48,28 +49,26 @@ def _current_leader_epoch(partition_request) -> int:
 class KafkaApis:
     """Handed what the handlers need: the replica manager (partitions,
     controller requests), the metadata cache, the ZooKeeper client (producer
-    ids) and a way to find the controller component of this process, if any
-    (ControlledShutdown)."""
+    ids), the coordination mode (admin requests) and this broker's component
+    of it (who serves admin requests, ControlledShutdown); without one, a
+    broker that is never the controller."""
 
     def __init__(self, cfg, rm: ReplicaManager, metadata: MetadataCache, zk: Any = None,
-                 controller: Callable[[], Any] = lambda: None,
+                 coordination: Coordination | None = None, component: Component | None = None,
                  window: StateWindow | None = None):
         self.cfg = cfg
         self.rm = rm
         self.metadata = metadata
         self.zk = zk
-        self.controller = controller
+        self.component = component
         self.window = window     # the test-only state window, when the harness asked for it
         self.broker_id = cfg.broker_id
         self.max_message_bytes = cfg["message.max.bytes"]
         self._refused_metadata = 0  # client Metadata requests refused while uninformed
-        self.admin = AdminApis(cfg, metadata, zk, is_controller=self._is_controller)
+        self.admin = AdminApis(cfg, metadata, zk, coordination,
+                               serves_admin=lambda: component is not None and component.serves_admin())
         self.groups = GroupApis(cfg, rm, metadata, zk)
         rm.add_leadership_listener(self.groups.coordinator.on_leadership_change)
-
-    def _is_controller(self) -> bool:
-        c = self.controller()
-        return c is not None and c.is_active
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -127,14 +126,14 @@ class KafkaApis:
     def _controlled_shutdown(self, hdr, req: control.ControlledShutdownRequest):
         """Route to the controller component running in this process; it
         answers with a concurrent Future of (error, [(topic, partition)])."""
-        controller = self.controller()
-        if controller is None:
+        fut = (None if self.component is None
+               else self.component.controlled_shutdown(req.broker_id, req.broker_epoch))
+        if fut is None:
             return control.encode_response(
                 control.ControlledShutdownResponse(E.NOT_CONTROLLER, ()), hdr.correlation_id)
 
         async def run():
             try:
-                fut = controller.handle_controlled_shutdown(req.broker_id, req.broker_epoch)
                 err, remaining = await asyncio.wrap_future(fut)
                 resp = control.ControlledShutdownResponse(
                     err, tuple(control.TopicPartition(t, p) for t, p in remaining))

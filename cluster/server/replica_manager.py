@@ -69,7 +69,8 @@ def now_ms() -> int:
 
 class ReplicaManager:
     def __init__(self, cfg, log_manager: LogManager, zk: ZkClient | None,
-                 metadata: MetadataCache, start_epoch: int = -1):
+                 metadata: MetadataCache, start_epoch: int = -1,
+                 announce_isr_changes: bool = True):
         self.cfg = cfg
         self.broker_id = cfg.broker_id
         self.start_epoch = start_epoch  # this incarnation's (zk_client.bump_start_epoch)
@@ -90,7 +91,7 @@ class ReplicaManager:
         self._isr_changes: set[tuple[str, int]] = set()
         self._isr_notify_scheduled = False
         # Only a controller reads ISR-change notifications (V2 has none).
-        self._notify_isr = cfg["coordination"] == "controller"
+        self._notify_isr = announce_isr_changes
         # Told (partition, is_leader) when this broker starts or stops
         # leading a partition: how the group coordinator follows the offsets
         # partitions (docs/design.md#groups).

@@ -27,8 +27,8 @@ import threading
 import time
 from typing import Any
 
-from cluster import admin, zkpaths
-from cluster.v2 import admin as v2admin
+from cluster import admin, modes, zkpaths
+from cluster.coordination import Coordination
 from contracts.abilities import ZooKeeperAccess
 from contracts.deadline import wait_until
 from faults.injectors.base import FaultContext, FaultError, Injector
@@ -118,50 +118,46 @@ class _AdminOperation(Injector):
         self.notes.append(f"leaders moved: {', '.join(moved)}" if moved else "no leader moved")
 
     @property
-    def v2(self) -> bool:
-        return self.ctx.coordination == "v2"
+    def mode(self) -> Coordination:
+        """The run's coordination mode (docs/design.md#coordination-modes)."""
+        return modes.of(self.ctx.coordination)
 
     def _actor(self) -> list[str]:
         """Who carries an operation of the whole cluster out: the controller;
-        in V2, where any broker serves admin requests, the lowest live one
-        (the one Metadata names)."""
-        if self.v2:
-            return [_broker(min(self.ctx.resolver.live_brokers()))]
-        return [_broker(self.ctx.resolver.controller())]
+        without one (V2), where any broker serves admin requests, the lowest
+        live one (the one Metadata names)."""
+        if self.mode.has_controller:
+            return [_broker(self.ctx.resolver.controller())]
+        return [_broker(min(self.ctx.resolver.live_brokers()))]
 
     def _reassign(self, plan: dict[tuple[str, int], list[int]]) -> None:
-        admin.reassign(self.zk, plan, coordination=self.ctx.coordination)
+        admin.reassign(self.zk, plan, mode=self.mode)
 
     def _reassignment_done(self, topic: str, partition: int, replicas: list[int]) -> bool:
         d = admin.describe_topic(self.zk, topic)["partitions"]
         if list(d[partition]["replicas"]) != replicas:
             return False
-        if self.v2:
-            return not v2admin.still_moving(self.zk, topic, partition)
-        return not self.zk.exists(zkpaths.REASSIGN_PARTITIONS)
+        return not self.mode.reassigning(self.zk, {(topic, partition)})
 
     def _ask_preferred(self, topics: set[str] | None) -> None:
         """Ask for the preferred replicas of `topics` (None: every topic) to
-        lead. In V2 the leaders resign themselves while the request is
-        there (docs/design.md#v2-reassignment)."""
-        if not self.v2:
-            admin.preferred_election(self.zk, topics)
-            return
+        lead; refused while another election is asked for. In V2 the
+        leaders resign themselves while the request is there
+        (docs/design.md#v2-reassignment)."""
         if self.zk.exists(zkpaths.PREFERRED_REPLICA_ELECTION):
             raise admin.AdminError("a preferred replica election is already in progress")
         self._asked = sorted(_leaders(self.zk, topics))
-        v2admin.ask_preferred(self.zk, self._asked)
+        if not self._asked:
+            raise admin.AdminError("no partitions to elect")
+        self.mode.ask_preferred(self.zk, self._asked)
 
     def _await_election(self) -> bool:
-        """Wait until the election asked for is done; in V2 then remove the
-        request."""
+        """Wait until the election asked for is done, then end the request
+        (where the mode's asker ends it)."""
         try:
-            if self.v2:
-                return self._wait(lambda: not v2admin.preferred_pending(self.zk, self._asked))
-            return self._wait(lambda: not self.zk.exists(zkpaths.PREFERRED_REPLICA_ELECTION))
+            return self._wait(lambda: not self.mode.preferred_pending(self.zk, self._asked))
         finally:
-            if self.v2:
-                v2admin.end_preferred(self.zk)
+            self.mode.end_preferred(self.zk)
 
 
 class ElectPreferred(_AdminOperation):
@@ -264,10 +260,10 @@ class AddPartitions(_AdminOperation):
     its replicas, elects its leader and tells every broker
     (docs/design.md#partitions) while other faults happen. Clients learn of it
     from Metadata; a consumer group rebalances to take it in. The workload's
-    producers write to the partitions they started with. In V2 the command
-    queues start-replica to the new replicas and waits for them
-    (docs/design.md#v2-admin): it runs in settle, and a replica that is down
-    fails it (noted)."""
+    producers write to the partitions they started with. The partitions are
+    planned at the start and asked for in settle: in V2 the command queues
+    start-replica to the new replicas and waits for them
+    (docs/design.md#v2-admin), and a replica that is down fails it (noted)."""
     fault = "add-partitions"
 
     def _resolve(self) -> list[str]:
@@ -281,10 +277,7 @@ class AddPartitions(_AdminOperation):
         return self._actor()
 
     def request(self) -> None:
-        if self.v2:
-            self.new = admin.plan_new_partitions(self.zk, self.topic, self.count)
-        else:
-            self.new = admin.add_partitions(self.zk, self.topic, self.count)
+        self.new = admin.plan_new_partitions(self.zk, self.topic, self.count)
 
     def _partitions_led(self) -> bool:
         parts = admin.describe_topic(self.zk, self.topic)["partitions"]
@@ -293,12 +286,11 @@ class AddPartitions(_AdminOperation):
             for p in self.new)
 
     def settle(self) -> None:
-        if self.v2:
-            try:
-                v2admin.add_partitions(self.zk, self.topic, self.new, OPERATION_TIMEOUT_S)
-            except v2admin.V2AdminError as e:
-                self.notes.append(f"not added: {e}")
-                return
+        try:
+            self.mode.add_partitions(self.zk, self.topic, self.new, OPERATION_TIMEOUT_S)
+        except admin.AdminError as e:
+            self.notes.append(f"not added: {e}")
+            return
         done = self._wait(self._partitions_led)
         self.notes.append(f"{self.topic}/{','.join(map(str, sorted(self.new)))} "
                           + ("led with a full ISR" if done else "not led with a full ISR when "

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, TypeVar
 
+from cluster import modes
+from cluster.coordination import Coordination
 from contracts.abilities import ProxiedLinks, ZooKeeperAccess
 from harness.zk_probe import zk_mode
 
@@ -32,17 +34,23 @@ STOPPED = "stopped"
 PAUSED = "paused"
 
 
-def is_v2(broker_config: dict) -> bool:
-    """Whether a broker config asks for V2 coordination (docs/design.md#v2)."""
-    return str(broker_config.get("coordination", "")) == "v2"
+def coordination_of(broker_config: dict) -> Coordination:
+    """The coordination mode a built-in broker config asks for
+    (docs/design.md#coordination-modes)."""
+    return modes.of(str(broker_config.get("coordination", "controller")))
+
+
+def mode_refusal(mode: Coordination) -> Callable[[str, str | None], str | None] | None:
+    """What a coordination mode refuses of the faults (None: nothing)."""
+    return None if mode.has_controller else v2_refusal
 
 
 def v2_refusal(fault: str, target: str | None = None) -> str | None:
     """Why `fault` cannot run against the built-in broker in V2 coordination
-    (docs/design.md#v2): it has no controller to aim at, and a topic
-    re-created there waits for every replica to take its start-replica, so
-    with a broker down the run's topic would stay deleted. A recipe is
-    judged by the faults it is made of."""
+    (docs/design.md#v2), which has no controller: nothing to aim at there,
+    and a topic re-created waits for every replica to take its
+    start-replica, so with a broker down the run's topic would stay deleted.
+    A recipe is judged by the faults it is made of."""
     from faults.recipes import faults_of
     if (target or "").partition(":")[0] == "controller":
         return f"V2 coordination cannot run {fault} at the controller: it has none"
@@ -245,25 +253,26 @@ class Cluster(abc.ABC):
 
     @property
     def coordination(self) -> str:
-        """The brokers' coordination mode, `controller` or `v2`
-        (docs/design.md#v2): admin faults ask the controller or the leaders."""
-        return "v2" if is_v2(self.spec.broker_config) else "controller"
+        """The brokers' coordination mode's name (cluster.modes,
+        docs/design.md#coordination-modes): admin faults ask the controller
+        or the leaders."""
+        return coordination_of(self.spec.broker_config).name
 
     def refuses(self, fault: str, target: str | None = None) -> str | None:
         """Why `fault` of the catalogue (or a recipe: the faults it is made
         of), aimed at `target`, cannot run against this cluster, or None. A
         run refuses such a fault before it starts; it never skips it. A
         fault is refused when its injector needs an ability this cluster
-        does not declare; in V2 coordination also by `v2_refusal`."""
+        does not declare; also what its coordination mode refuses
+        (`mode_refusal`)."""
         from faults.injectors import why_not
         from faults.recipes import faults_of
         for f in sorted(faults_of([fault])):
             why = why_not(f, self.abilities)
             if why:
                 return why
-        if is_v2(self.spec.broker_config):
-            return v2_refusal(fault, target)
-        return None
+        by_mode = mode_refusal(coordination_of(self.spec.broker_config))
+        return by_mode(fault, target) if by_mode else None
 
     # --- the Kafka protocol's view -------------------------------------
     def ask(self, request: Callable[[Any], T], names: list[str] | None = None,

@@ -47,7 +47,7 @@ def test_controller_admin_cli_commands(nodes, zk_hosts, zk, capsys):
     # controller could handle the first and delete the parent znode).
     code, out, err = run_cli(zkarg + ["topics", "remove-partitions", "--topic", "c",
                                       "--partitions", "3,1", "--json"], capsys)
-    assert code == 0 and json.loads(out) == {"topic": "c", "removing": [1, 3]}, err
+    assert code == 0 and json.loads(out) == {"topic": "c", "removing": [1, 3], "down": []}, err
     wait_until(lambda: [p["partition"] for p in admin.describe_topic(zk, "c")["partitions"]]
                == [0, 2], what="partitions 1 and 3 removed")
     code, out, err = run_cli(zkarg + ["topics", "remove-partitions", "--topic", "c",

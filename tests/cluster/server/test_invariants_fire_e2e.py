@@ -22,6 +22,12 @@ the bug, and one that cries wolf on the intact broker.
   replica_state_machine._remove_from_isr: `gone =           dead_isr_member: a dead
     by_tp[tp] - {cur.leader}` -> `- set(cur.isr)`             follower stays in the ISR
     (the dead replica is never taken out of the ISR)          past the grace
+  reassignment.check: `if not set(r.new_replicas) <=        reassignment_unsynced: the
+    set(lai.isr)` -> `& set(lai.isr)` (any target in          reassignment ends with a
+    the ISR will do, not all)                                 new replica out of the ISR
+  partition.update_follower_hw: `new = min(leader_hw,       hw_regression ("HW past the
+    self.leo)` -> `new = leader_hw` (a follower takes         LEO"): a follower catching
+    the leader's HW uncapped)                                 up by partial fetches
 
 The copy is imported, not the repository: the brokers run `python -m
 cluster.broker` with cwd the copy (broker_cluster.REPO patched for the
@@ -30,18 +36,28 @@ finder), and with a bytecode cache prefix each test checks that the
 mutated module was compiled from the copy and never from the repository.
 
 Not covered here (only by the crafted samples of
-tests/reports/test_reports_invariants.py): hw_regression, whose "HW past
-the LEO" needs a follower far enough behind to get a partial fetch and
-whose "leader HW went back" needs a bug that lowers a leader's HW within
-one epoch, neither reliably within seconds; committed_divergence, which
-needs replicas that disagree below the HW (a truncation bug plus a leader
-change at the right moment); reassignment_unsynced, which needs a
-reassignment finishing while a target lags, a longer scenario.
+tests/reports/test_reports_invariants.py):
+  * hw_regression's other rule, "leader HW went back": the leader's HW is
+    the least LEO of its ISR (docs/design.md#high-watermark), and within one
+    leader epoch no ISR member's LEO goes back (a follower truncates at a
+    new epoch only). Tried: maybe_advance_hw's `if new > self.hw` as `!=`
+    lowers the HW only as an epoch begins (its followers' LEOs unknown,
+    -1), before a sample of that epoch shows more; under load and a leader
+    change the rule stayed silent.
+  * committed_divergence: it reads the batch at each replica's HW - 1 at a
+    sample, so replicas that disagree must be sampled with their HWs inside
+    the batches they disagree on (docs/design.md#g-replicas-agree). The
+    natural bug, a deposed leader skipping its truncation, keeps its extra
+    batches, but with two replicas the new leader, alone in the ISR, has its
+    HW at its LEO, past them, and the rejoining replica takes that HW with
+    its first fetch: the disagreeing batches are never anyone's HW - 1.
 """
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -54,7 +70,9 @@ from broker_cluster import AckedProducer, wait_until
 from cluster import admin
 from harness import kafka_wire
 from harness.observer import MetadataSampler, Observations, StateSampler, zookeeper_state
-from reports.invariants import dead_isr_member, isr_behind_hw, unclean_election
+from reports.invariants import (dead_isr_member, hw_regression, isr_behind_hw,
+                                reassignment_unsynced, unclean_election)
+from reports.observations import MAX_SAMPLE_GAP_NS
 
 REPO = broker_cluster.REPO
 CONFIG = {"chaoslog.controller.enable": True, "chaoslog.state.window.enable": True}
@@ -69,8 +87,15 @@ UNCLEAN_SETTING_IGNORED = ("cluster/controller/leader_selectors.py",
 DEAD_REPLICA_KEPT_IN_ISR = ("cluster/controller/replica_state_machine.py",
                             "            gone = by_tp[tp] - {cur.leader}\n",
                             "            gone = by_tp[tp] - set(cur.isr)\n")
+ANY_TARGET_IN_SYNC = ("cluster/controller/reassignment.py",
+                      "        if not set(r.new_replicas) <= set(lai.isr):\n",
+                      "        if not set(r.new_replicas) & set(lai.isr):\n")
+FOLLOWER_HW_UNCAPPED = ("cluster/server/partition.py",
+                        "        new = min(leader_hw, self.leo)\n",
+                        "        new = leader_hw\n")
 
 GRACE_S = 2.0   # dead_isr_member: the controller's time to act
+LAG_S = 10.0    # replica.lag.time.max.ms, the broker's default
 MODES = pytest.mark.parametrize("broken", [True, False], ids=["broken", "intact"])
 
 
@@ -174,6 +199,21 @@ def _pair_off_the_controller(c, topic: str) -> tuple[int, int]:
     wait_until(lambda: (lambda p: p.get("leader") == a and p.get("isr") == [a, b])(
         _partition(_zk(c), topic)), 30, f"{topic}: leader {a}, ISR [{a}, {b}]")
     return a, b
+
+
+def _fill(bootstrap: str, topic: str, batches: int) -> None:
+    """`batches` small batches (10 records of 100 bytes) in partition 0 of
+    `topic`, all acknowledged: with replica.fetch.max.bytes=1 a follower
+    fetches one batch a request, so catching up takes `batches` fetches."""
+    import confluent_kafka as ck
+    p = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0,
+                     "batch.num.messages": 10})
+    failed = []
+    for i in range(batches * 10):
+        p.produce(topic, value=b"%099d" % i, partition=0,
+                  on_delivery=lambda err, _m: err and failed.append(str(err)))
+        p.poll(0)
+    assert p.flush(30) == 0 and failed == [], failed[:3]
 
 
 # -- isr_behind_hw ----------------------------------------------------------------------------------
@@ -295,3 +335,109 @@ def test_dead_isr_member_fires_when_the_controller_keeps_a_dead_replica(
     i = found[0]
     assert (i["topic"], i["partition"], i["broker"], i["leader"]) == ("dead", 0, b, a)
     assert i["isr"] == [a, b] and i["seconds"] > GRACE_S
+
+
+# -- reassignment_unsynced ------------------------------------------------------------------------
+
+def _no_fault(_broker: int, _time: int) -> bool:
+    return False
+
+
+def _finish(samples: list[dict], tp: str) -> tuple[dict, dict] | None:
+    """The last sample with `tp` pending and the first after it without."""
+    for prev, cur in zip(samples, samples[1:]):
+        if tp in prev["reassigning"] and tp not in cur["reassigning"]:
+            return prev, cur
+    return None
+
+
+@MODES
+def test_reassignment_unsynced_fires_when_any_target_in_sync_will_do(
+        make_cluster, tmp_path, monkeypatch, broken):
+    tree = _tree(tmp_path, monkeypatch, ANY_TARGET_IN_SYNC, broken)
+    # The new replica fetches one batch a request: 2000 batches take it about
+    # 2 s (measured), the broken controller's finish about 0.1 s.
+    c = make_cluster(3, **CONFIG, **{"replica.fetch.max.bytes": 1})
+    cid = wait_until(lambda: _zk(c)["controller"], 30, "a controller")
+    a, b = sorted(set(c.brokers) - {cid})
+    admin.create_topic(c.zk, "ra", 1, 1, replica_assignment={0: [a]})
+    wait_until(lambda: _partition(_zk(c), "ra").get("leader") == a, 30, f"ra: leader {a}")
+    _fill(c.brokers[a].bootstrap, "ra", 2000)
+    seen = _Observed(tmp_path / "observations.jsonl")
+    sampler = MetadataSampler(lambda: _zk(c), seen.obs, period_s=0.05).start()
+    pgid = c.brokers[cid].proc.pid
+    try:
+        # The broken controller would finish within milliseconds of reading
+        # the request: it is stopped while the request is written, so that
+        # a sample shows the reassignment pending (docs/design.md#reassignment).
+        os.killpg(pgid, signal.SIGSTOP)
+        try:
+            admin.reassign(c.zk, {("ra", 0): [a, b]})
+            wait_until(lambda: [s for s in seen.read("metadata") if "ra/0" in s["reassigning"]],
+                       10, "a sample of the pending reassignment")
+        finally:
+            os.killpg(pgid, signal.SIGCONT)
+        wait_until(lambda: _finish(seen.read("metadata"), "ra/0"), 30, "the reassignment done")
+        found = reassignment_unsynced(seen.read("metadata"), LAG_S, _no_fault)
+    finally:
+        sampler.stop()
+        seen.obs.close()
+    _assert_ran_from(tree, tmp_path, ANY_TARGET_IN_SYNC)
+    pending, done = _finish(seen.read("metadata"), "ra/0")
+    # Samples close enough that the oracle judges this finish.
+    assert done["time"] - pending["time"] <= MAX_SAMPLE_GAP_NS
+    assert _partition(done, "ra")["replicas"] == [a, b]
+    if not broken:
+        assert found == []
+        assert _partition(done, "ra")["isr"] == sorted([a, b])
+        return
+    [i] = found
+    assert (i["topic"], i["partition"], i["targets"], i["isr"], i["missing"]) == (
+        "ra", 0, [a, b], [a], [b])
+
+
+# -- hw_regression ----------------------------------------------------------------------------------
+
+@MODES
+def test_hw_regression_fires_when_a_follower_takes_the_leaders_hw_past_its_leo(
+        make_cluster, tmp_path, monkeypatch, broken):
+    tree = _tree(tmp_path, monkeypatch, FOLLOWER_HW_UNCAPPED, broken)
+    # A follower fetches one batch a request: catching up 2000 batches (about
+    # 2 s, measured), each fetch gives it part of what the leader has.
+    c = make_cluster(2, **CONFIG, **{"replica.fetch.max.bytes": 1})
+    cid = wait_until(lambda: _zk(c)["controller"], 30, "a controller")
+    f = 3 - cid
+    admin.create_topic(c.zk, "hwr", 1, 2, replica_assignment={0: [cid, f]})
+    wait_until(lambda: _partition(_zk(c), "hwr").get("isr") == sorted([cid, f]), 30,
+               f"hwr: ISR [{cid}, {f}]")
+    # The follower misses 2000 batches, then comes back out of the ISR.
+    c.brokers[f].terminate()
+    wait_until(lambda: _partition(_zk(c), "hwr").get("isr") == [cid], 30, f"hwr: ISR [{cid}]")
+    _fill(c.brokers[cid].bootstrap, "hwr", 2000)
+    seen = _Observed(tmp_path / "observations.jsonl")
+    sampler = StateSampler(_Brokers(c), seen.obs, lambda: {"hwr"}, period_s=0.02).start()
+    try:
+        c.brokers[f].start().wait_registered(c.zk)
+        if broken:
+            found = wait_until(lambda: hw_regression(seen.read("broker-state")), 30,
+                               "hw_regression on the broken follower")
+        else:
+            wait_until(lambda: _partition(_zk(c), "hwr").get("isr") == sorted([cid, f]), 30,
+                       f"hwr: {f} back in the ISR")
+            found = hw_regression(seen.read("broker-state"))
+    finally:
+        sampler.stop()
+        seen.obs.close()
+    _assert_ran_from(tree, tmp_path, FOLLOWER_HW_UNCAPPED)
+    end = max(p["leo"] for s in seen.read("broker-state") if s["broker"] == cid
+              for p in s["partitions"])
+    catching_up = [p for s in seen.read("broker-state") if s["broker"] == f
+                   for p in s["partitions"] if p["leader"] == cid and 0 < p["leo"] < end]
+    if not broken:
+        assert found == []
+        # The follower was seen with a partial log: where the bug would show.
+        assert len(catching_up) >= 5, f"{len(catching_up)} samples of {f} catching up"
+        return
+    i = found[0]
+    assert (i["topic"], i["partition"], i["broker"], i["rule"]) == ("hwr", 0, f, "HW past the LEO")
+    assert i["leo"] < i["hw"] <= end

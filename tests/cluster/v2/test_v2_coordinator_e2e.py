@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from cluster import admin, zkpaths
+from cluster import admin, modes, zkpaths
 from cluster.v2.election import current_lock
 from cluster.zkpaths import LeaderAndIsr
 from server.broker_cluster import AckedProducer, BrokerProcess, wait_until
@@ -251,7 +251,7 @@ def test_v2_reassignment_moves_a_partition_off_its_leader_without_losing_acks(br
     bootstrap = ",".join(b.bootstrap for b in brokers.values())
     with AckedProducer(bootstrap, T, b"r%06d", **{"enable.idempotence": True}) as producer:
         wait_until(lambda: len(producer.acked) >= 300, 30, "writes acknowledged")
-        result = admin.reassign(zk, {(T, 0): [3, 2]}, wait=True, timeout=60, coordination="v2")
+        result = admin.reassign(zk, {(T, 0): [3, 2]}, wait=True, timeout=60, mode=modes.of("v2"))
         assert result["done"], result
         before = len(producer.acked)
         wait_until(lambda: leaders(zk)[0] == 3, 30, "broker 3, the preferred replica, leads")
@@ -274,12 +274,12 @@ def test_v2_reassignment_refusals_leave_nothing_marked(brokers, zk):
     wait_until(lambda: not zk.exists(zkpaths.broker_path(3)), 30, "broker 3's session gone")
     admin.create_topic(zk, T, 1, 2, replica_assignment={0: [1, 2]})
     with pytest.raises(admin.AdminError, match=r"brokers \[3\] are not registered"):
-        admin.reassign(zk, {(T, 0): [3, 2]}, coordination="v2")
+        admin.reassign(zk, {(T, 0): [3, 2]}, mode=modes.of("v2"))
     with pytest.raises(admin.AdminError, match="has no partition 5"):
-        admin.reassign(zk, {(T, 5): [1, 2]}, coordination="v2")
+        admin.reassign(zk, {(T, 5): [1, 2]}, mode=modes.of("v2"))
     assert not zk.exists(zkpaths.partitions_reassigned_path(T, 0))
     # Already on the requested replicas: done at once, nothing marked.
-    assert admin.reassign(zk, {(T, 0): [1, 2]}, wait=True, timeout=5, coordination="v2")["done"]
+    assert admin.reassign(zk, {(T, 0): [1, 2]}, wait=True, timeout=5, mode=modes.of("v2"))["done"]
     assert not zk.exists(zkpaths.partitions_reassigned_path(T, 0))
 
 
@@ -298,6 +298,6 @@ def test_v2_preferred_election_moves_leadership_back_to_the_preferred_replica(br
     brokers[1].start().wait_registered(zk)
     wait_until(lambda: 1 in state(zk, 0).isr, 60, "broker 1 back in the ISR")
     assert leaders(zk)[0] in (2, 3), "broker 1 took the lead back by itself"
-    assert admin.preferred_election(zk, T, coordination="v2", timeout=30) == [(T, 0)]
+    assert admin.preferred_election(zk, T, mode=modes.of("v2"), timeout=30) == [(T, 0)]
     assert leaders(zk)[0] == 1
     assert not zk.exists(zkpaths.PREFERRED_REPLICA_ELECTION)
