@@ -80,6 +80,9 @@ class Partition:
         self.data_notifier = Notifier()
         self.hw_notifier = Notifier()
         self.isr_update_in_flight = False
+        # The members an ISR expansion being written adds: the HW counts
+        # them already (maybe_advance_hw, docs/design.md#isr).
+        self.isr_adding: frozenset[int] = frozenset()
         self.created_ms = now_ms
 
     # -- state -----------------------------------------------------------------
@@ -132,6 +135,7 @@ class Partition:
         self.controller_epoch = controller_epoch
         self.fenced = False
         self.isr_update_in_flight = False
+        self.isr_adding = frozenset()
         self.remotes = {r: RemoteReplica(r, now_ms) for r in self.replicas if r != self.broker_id}
         # KIP-101: the new epoch starts at this replica's LEO, so followers
         # asking for an older epoch's end get the point where this log stops
@@ -282,7 +286,7 @@ class Partition:
             r.last_caught_up_ms = max(r.last_caught_up_ms, r.last_fetch_ms)
         r.last_fetch_ms = now_ms
         r.last_fetch_leader_leo = leader_leo
-        if replica_id in self.isr:
+        if replica_id in self.isr or replica_id in self.isr_adding:
             self.maybe_advance_hw()
             return False
         return r.may_join_isr and fetch_offset >= self.hw
@@ -318,10 +322,15 @@ class Partition:
         self.maybe_advance_hw()
 
     def maybe_advance_hw(self) -> None:
+        """HW = the smallest LEO of the maximal ISR: the ISR and the members
+        an expansion being written adds. A joining follower counts from the
+        moment the leader decides to add it: by the time a write the HW
+        covers is acknowledged, the follower may be in the ISR in ZooKeeper,
+        and so electable (docs/design.md#isr, Kafka's maximal ISR)."""
         if not self.is_leader:
             return
         new = self.leo
-        for b in self.isr:
+        for b in self.isr | self.isr_adding:
             if b != self.broker_id:
                 r = self.remotes.get(b)
                 leo = r.leo if r is not None else -1

@@ -385,6 +385,7 @@ class ReplicaManager:
     def _change_isr(self, p: Partition, new_isr: frozenset[int], why: str) -> None:
         if p.isr_update_in_flight or p.fenced or self.zk is None:
             return
+        p.isr_adding = new_isr - p.isr
         p.isr_update_in_flight = True
         asyncio.get_running_loop().create_task(self._write_isr(p, new_isr, why))
 
@@ -409,6 +410,7 @@ class ReplicaManager:
             return
         finally:
             p.isr_update_in_flight = False
+            p.isr_adding = frozenset()
         if p.leader_epoch != epoch or not p.is_leader:
             return  # a LeaderAndIsr arrived meanwhile and rules
         log.info("%s-%d: ISR %s %s -> %s (zkVersion %d)", p.topic, p.partition, why,

@@ -100,3 +100,26 @@ def test_requests_naming_another_leader_epoch_are_fenced(tmp_path):
     assert p.read(0, 1 << 20, 3, current_leader_epoch=3)[0] == E.FENCED_LEADER_EPOCH
     assert p.read(0, 1 << 20, 3, current_leader_epoch=4)[0] == E.NOT_LEADER_FOR_PARTITION
     p.log.close()
+
+
+def test_the_hw_waits_for_a_follower_whose_isr_expansion_is_being_written(tmp_path):
+    """docs/design.md#isr: the maximal ISR. Follower 2 reached the HW and the
+    leader (alone in its ISR) decided to add it; until that write lands the
+    HW must not pass 2's LEO, or 2 joins the ISR without a committed record."""
+    p = _leader(tmp_path, (1,))
+    assert p.hw == 0
+    p.maybe_advance_hw()
+    assert p.hw == 10                               # alone: the HW is the leader's LEO
+    p.record_follower_fetch(2, 10, 10)
+    assert p.record_follower_fetch(2, 10, 20) is True
+    new = p.expanded_isr()
+    assert new == {1, 2}
+    p.isr_adding = new - p.isr                      # as ReplicaManager._change_isr does
+    p.log.append_as_leader(_records(5), 0)          # the write is still in flight
+    p.maybe_advance_hw()
+    assert p.hw == 10, "the HW passed the LEO of a follower joining the ISR"
+    p.record_follower_fetch(2, 15, 30)              # the joining follower's fetches count
+    assert p.hw == 15
+    p.isr_adding = frozenset()
+    p.apply_isr(frozenset(new), 1)
+    assert p.hw == 15
