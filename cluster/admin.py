@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from cluster import modes, zkpaths
