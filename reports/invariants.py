@@ -135,10 +135,12 @@ def unclean_election(samples: Iterable[dict]) -> list[dict]:
 
 
 def dead_isr_member(samples: Iterable[dict], grace_s: float, controller: bool) -> list[dict]:
-    """docs/design.md#broker-failure, #isr: once the controller (in V2, the
-    leader, by the lag rule) has had `grace_s` to act, the ISR of a
-    partition with a live leader names no unregistered broker. Time without
-    a controller (controller mode) and gaps between samples do not count."""
+    """docs/design.md#broker-failure, #isr, #reassignment: once the
+    controller (in V2, the leader, by the lag rule) has had `grace_s` to
+    act, the ISR of a partition with a live leader names no unregistered
+    broker, and no broker outside its replicas (the assignment, and a
+    running reassignment's targets). Time without a controller (controller
+    mode) and gaps between samples do not count."""
     out = []
     since: dict[tuple, int] = {}
     last_time = None
@@ -154,15 +156,22 @@ def dead_isr_member(samples: Iterable[dict], grace_s: float, controller: bool) -
         for p in s["partitions"]:
             if p["leader"] not in live:
                 continue
+            replicas = set(p.get("replicas") or ())
+            replicas |= set(s.get("reassigning", {}).get(f"{p['topic']}/{p['partition']}", ()))
             for b in p["isr"]:
-                if b in live:
+                if b not in live:
+                    rule = "unregistered"
+                elif replicas and b not in replicas:
+                    rule = "outside the assignment"
+                else:
                     continue
-                key = (p["topic"], p["partition"], b)
+                key = (p["topic"], p["partition"], b, rule)
                 current.add(key)
                 t0 = since.setdefault(key, s["time"])
                 if s["time"] - t0 > grace_s * NS:
                     out.append({"topic": p["topic"], "partition": p["partition"],
-                                "time": s["time"], "broker": b, "since": t0, "isr": p["isr"],
+                                "time": s["time"], "broker": b, "rule": rule, "since": t0,
+                                "isr": p["isr"], "replicas": sorted(replicas),
                                 "leader": p["leader"],
                                 "seconds": round((s["time"] - t0) / NS, 1)})
                     since[key] = s["time"]   # once per grace period

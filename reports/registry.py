@@ -433,10 +433,10 @@ ANOMALIES: tuple[Anomaly, ...] = (
                lambda a: (f"{_tp(a)}: leader {a['leader']} (epoch {a['leader_epoch']}) elected from "
                           f"outside the ISR {a['previous_isr']} (leader before: {a['previous_leader']})")),
     _invariant("dead-isr-member",
-               "an unregistered broker stayed in a live leader's ISR past replica.lag.time.max.ms "
-               "+ the ZooKeeper session timeout + 10 s",
-               lambda a: (f"{_tp(a)}: unregistered broker {a['broker']} still in the ISR {a['isr']} "
-                          f"of leader {a['leader']} after {a['seconds']} s")),
+               "an unregistered broker, or one outside the partition's replicas, stayed in a live "
+               "leader's ISR past replica.lag.time.max.ms + the ZooKeeper session timeout + 10 s",
+               lambda a: (f"{_tp(a)}: {a.get('rule', 'unregistered')} broker {a['broker']} still "
+                          f"in the ISR {a['isr']} of leader {a['leader']} after {a['seconds']} s")),
     _invariant("reassignment-unsynced",
                "a reassignment finished while a live new replica was outside the ISR",
                lambda a: (f"{_tp(a)}: reassignment to {a['targets']} finished with {a['missing']} "

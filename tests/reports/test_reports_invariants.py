@@ -106,6 +106,20 @@ def test_an_unregistered_broker_left_in_an_isr_past_the_grace_fires():
     assert inv.dead_isr_member(offline, grace_s=5, controller=True) == []
 
 
+def test_a_broker_outside_the_assignment_left_in_an_isr_past_the_grace_fires():
+    """After a reassignment to [1, 2] the ISR keeps the old replica 3, alive."""
+    moved = [zk(t, lai(1, [1, 2, 3], 2, 1, replicas=(1, 2))) for t in range(0, 12)]
+    got = inv.dead_isr_member(moved, grace_s=5, controller=True)
+    assert [(a["broker"], a["rule"], a["seconds"]) for a in got] == [
+        (3, "outside the assignment", 6.0)]
+    # While the reassignment runs its targets belong; dropped within the grace: silent.
+    running = [zk(t, lai(1, [1, 2, 3], 2, 1, replicas=(1, 2)), reassigning={"t/0": [1, 2, 3]})
+               for t in range(12)]
+    assert inv.dead_isr_member(running, grace_s=5, controller=True) == []
+    dropped = moved[:4] + [zk(t, lai(1, [1, 2], 3, 1, replicas=(1, 2))) for t in range(4, 12)]
+    assert inv.dead_isr_member(dropped, grace_s=5, controller=True) == []
+
+
 # -- reassignment-unsynced ---------------------------------------------------------------------
 
 def test_a_reassignment_finished_before_its_new_replica_was_in_sync_fires():
