@@ -392,7 +392,7 @@ class ReplicaManager:
     async def _write_isr(self, p: Partition, new_isr: frozenset[int], why: str) -> None:
         """Conditional write of the new ISR (leader, epochs unchanged) at the
         zkVersion we hold; only after it succeeds does the ISR change here."""
-        epoch, version = p.leader_epoch, p.zk_version
+        epoch, version, adding = p.leader_epoch, p.zk_version, p.isr_adding
         new = LeaderAndIsr(self.broker_id, epoch, tuple(sorted(new_isr)), p.controller_epoch,
                            version)
         try:
@@ -410,7 +410,8 @@ class ReplicaManager:
             return
         finally:
             p.isr_update_in_flight = False
-            p.isr_adding = frozenset()
+            if p.isr_adding is adding:    # not a later change's (after a LeaderAndIsr)
+                p.isr_adding = frozenset()
         if p.leader_epoch != epoch or not p.is_leader:
             return  # a LeaderAndIsr arrived meanwhile and rules
         log.info("%s-%d: ISR %s %s -> %s (zkVersion %d)", p.topic, p.partition, why,
