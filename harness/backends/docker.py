@@ -25,6 +25,7 @@ from pathlib import Path
 from cluster.config import BrokerConfig, ConfigError
 from contracts.abilities import (KafkaMetadata, NodeFiles, NodeNetwork, PauseResume,
                                  ProcessControl, ProxiedLinks, ZooKeeperAccess)
+from contracts.deadline import wait_until
 from harness import reaper
 from harness import zookeeper as zkh
 from harness.backends.base import (
@@ -37,6 +38,8 @@ from harness.docker_engine import docker_client
 from harness.host import state_dir
 
 START_TIMEOUT = 90.0
+# How long pause_node tries again when the cgroup freezer gives up under load.
+PAUSE_RETRY_S = 10.0
 BROKER_PORT = 9092
 ZK_PORT = 2181
 PROXY_API_PORT = 8474
@@ -278,10 +281,28 @@ class DockerCluster(Cluster, ProxiedLinkTable):
             c.wait(timeout=30)
 
     def pause_node(self, name: str) -> None:
+        """Freeze the container's processes (the cgroup freezer). On a loaded
+        machine the freezer can give up ("unable to freeze": a process was
+        mid-transition when runc looked); trying again is the remedy, for up
+        to PAUSE_RETRY_S."""
+        from docker.errors import APIError
         c = self._get(name)
         if c.status != "running":
             raise ClusterError(f"{name} is {c.status}; cannot pause it")
-        c.pause()
+        failure: list[str] = []
+
+        def paused() -> bool:
+            try:
+                c.pause()
+                return True
+            except APIError as e:
+                if "unable to freeze" not in str(e):
+                    raise
+                failure[:] = [str(e)]
+                return False
+        if not wait_until(paused, PAUSE_RETRY_S, 0.5):
+            raise ClusterError(f"docker could not freeze {name}'s processes within "
+                               f"{PAUSE_RETRY_S:g} s ({failure[0]}); is the machine overloaded?")
 
     def resume_node(self, name: str) -> None:
         c = self._get(name)

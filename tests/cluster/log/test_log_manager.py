@@ -113,12 +113,15 @@ def test_manager_recovery_points_follow_flushes(tmp_path):
 
 
 def test_manager_flush_if_due(tmp_path):
-    m = LogManager(tmp_path, LogConfig(flush_interval_ms=10))
+    # The append applies the same policy by the wall clock: an interval far
+    # longer than the test (not 10 ms, which a loaded machine can take
+    # between creating the log and appending) leaves the clock to the test.
+    m = LogManager(tmp_path, LogConfig(flush_interval_ms=60_000))
     lg = m.get_or_create_log("t", 0)
     lg.append_as_leader(make_batch(4), 0)
-    m.flush_if_due(lg._last_flush_ms + 5)
+    m.flush_if_due(lg._last_flush_ms + 59_000)
     assert m.read_recovery_points() == {}
-    m.flush_if_due(lg._last_flush_ms + 50)
+    m.flush_if_due(lg._last_flush_ms + 60_000)
     assert m.read_recovery_points() == {("t", 0): 4}
     m.close()
 
