@@ -23,6 +23,7 @@ operation completed (or its time is up), and notes what it changed.
 """
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from typing import Any
@@ -117,9 +118,10 @@ class _AdminOperation(Injector):
                  if (t, p) in self.before and a["leader"] != self.before[(t, p)]["leader"]]
         self.notes.append(f"leaders moved: {', '.join(moved)}" if moved else "no leader moved")
 
-    @property
+    @functools.cached_property
     def mode(self) -> Coordination:
-        """The run's coordination mode (docs/design.md#coordination-modes)."""
+        """The run's coordination mode (docs/design.md#coordination-modes),
+        looked up once: the polls of settle() ask it each time."""
         return modes.of(self.ctx.coordination)
 
     def _actor(self) -> list[str]:
