@@ -22,6 +22,9 @@ the bug, and one that cries wolf on the intact broker.
   replica_state_machine._remove_from_isr: `gone =           dead_isr_member: a dead
     by_tp[tp] - {cur.leader}` -> `- set(cur.isr)`             follower stays in the ISR
     (the dead replica is never taken out of the ISR)          past the grace
+  reassignment.step5_stop_old_replicas: `isr = tuple(b      dead_isr_member ("outside
+    for b in cur.isr if b in rar) or ...` -> `isr =           the assignment"): a removed
+    tuple(cur.isr)` (a removed replica stays in the ISR)      replica, live, in the ISR
   reassignment.check: `if not set(r.new_replicas) <=        reassignment_unsynced: the
     set(lai.isr)` -> `& set(lai.isr)` (any target in          reassignment ends with a
     the ISR will do, not all)                                 new replica out of the ISR
@@ -87,6 +90,9 @@ UNCLEAN_SETTING_IGNORED = ("cluster/controller/leader_selectors.py",
 DEAD_REPLICA_KEPT_IN_ISR = ("cluster/controller/replica_state_machine.py",
                             "            gone = by_tp[tp] - {cur.leader}\n",
                             "            gone = by_tp[tp] - set(cur.isr)\n")
+REMOVED_REPLICA_KEPT_IN_ISR = ("cluster/controller/reassignment.py",
+                               "            isr = tuple(b for b in cur.isr if b in rar) or tuple(cur.isr)\n",
+                               "            isr = tuple(cur.isr)\n")
 ANY_TARGET_IN_SYNC = ("cluster/controller/reassignment.py",
                       "        if not set(r.new_replicas) <= set(lai.isr):\n",
                       "        if not set(r.new_replicas) & set(lai.isr):\n")
@@ -335,6 +341,44 @@ def test_dead_isr_member_fires_when_the_controller_keeps_a_dead_replica(
     i = found[0]
     assert (i["topic"], i["partition"], i["broker"], i["leader"]) == ("dead", 0, b, a)
     assert i["isr"] == [a, b] and i["seconds"] > GRACE_S
+
+
+@MODES
+def test_dead_isr_member_fires_when_a_reassignment_keeps_a_removed_replica(
+        make_cluster, tmp_path, monkeypatch, broken):
+    tree = _tree(tmp_path, monkeypatch, REMOVED_REPLICA_KEPT_IN_ISR, broken)
+    # The new leader's lag rule must not take the removed replica out.
+    c = make_cluster(3, **CONFIG, **{"replica.lag.time.max.ms": 120000})
+    cid = wait_until(lambda: _zk(c)["controller"], 30, "a controller")
+    a, b = sorted(set(c.brokers) - {cid})
+    admin.create_topic(c.zk, "mv", 1, 1, replica_assignment={0: [a]})
+    wait_until(lambda: _partition(_zk(c), "mv").get("leader") == a, 30, f"mv: leader {a}")
+    seen = _Observed(tmp_path / "observations.jsonl")
+    sampler = MetadataSampler(lambda: _zk(c), seen.obs, period_s=0.2).start()
+
+    def moved() -> bool:
+        state = _zk(c)
+        p = _partition(state, "mv")
+        return "mv/0" not in state["reassigning"] and (p.get("replicas"), p.get("leader")) == ([b], b)
+    try:
+        admin.reassign(c.zk, {("mv", 0): [b]})
+        wait_until(moved, 30, f"mv moved from {a} to {b}")
+        # Samples for twice the grace after the move: where the bug shows.
+        t = seen.clock()
+        wait_until(lambda: [s for s in seen.read("metadata") if s["time"] > t + 2 * GRACE_S * 1e9],
+                   30, "samples past the grace")
+        found = dead_isr_member(seen.read("metadata"), GRACE_S, True)
+    finally:
+        sampler.stop()
+        seen.obs.close()
+    _assert_ran_from(tree, tmp_path, REMOVED_REPLICA_KEPT_IN_ISR)
+    if not broken:
+        assert found == []
+        assert _partition(_zk(c), "mv")["isr"] == [b]
+        return
+    i = found[0]
+    assert (i["topic"], i["partition"], i["broker"], i["rule"]) == ("mv", 0, a, "outside the assignment")
+    assert i["leader"] == b and i["replicas"] == [b] and i["isr"] == sorted([a, b])
 
 
 # -- reassignment_unsynced ------------------------------------------------------------------------
