@@ -48,6 +48,14 @@ def client_leaders(bootstrap: str) -> dict[int, int]:
     return {p: pm.leader for p, pm in md.topics[T].partitions.items()}
 
 
+def led_as_locked(bootstrap: str, zk, n: int) -> bool:
+    """Clients see partitions 0..n-1 of T, each led by the broker its lock
+    names. Usually the preferred replica; under load another may win the
+    election after the preferred replica's head start (docs/design.md#v2-broker)."""
+    locked = {p: lock.broker for p in range(n) if (lock := current_lock(zk, T, p))}
+    return len(locked) == n and client_leaders(bootstrap) == locked
+
+
 def read_partition(bootstrap: str, partition: int, count: int) -> list[bytes]:
     import confluent_kafka as ck
     c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "v2-check",
@@ -183,19 +191,20 @@ def test_v2_partitions_added_through_the_kafka_api_and_removed_by_the_admin_comm
         b.wait_registered(zk)
     v2admin.create_topic(zk, T, {0: [1, 2, 3]})
     bootstrap = ",".join(b.bootstrap for b in brokers.values())
-    wait_until(lambda: client_leaders(bootstrap) == {0: 1}, 30, "partition 0 led")
+    wait_until(lambda: led_as_locked(bootstrap, zk, 1), 30, "partition 0 led")
     client = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
     client.create_partitions([NewPartitions(T, 3, replica_assignment=[[2, 3, 1], [3, 1, 2]])]
                              )[T].result(60)
-    wait_until(lambda: client_leaders(bootstrap) == {0: 1, 1: 2, 2: 3}, 30,
-               "the new partitions led by their preferred replicas")
+    wait_until(lambda: led_as_locked(bootstrap, zk, 3), 30, "the new partitions led")
+    assert [p["replicas"] for p in admin.describe_topic(zk, T)["partitions"]] == [
+        [1, 2, 3], [2, 3, 1], [3, 1, 2]]
     dirs = {b: brokers[b].log_dir / f"{T}-2" for b in brokers}
     wait_until(lambda: all(d.exists() for d in dirs.values()), 30, "partition 2 on every broker")
 
     assert v2admin.remove_partitions(zk, T, [2]) == []
     wait_until(lambda: not any(d.exists() for d in dirs.values()), 30,
                "partition 2's replicas deleted")
-    wait_until(lambda: client_leaders(bootstrap) == {0: 1, 1: 2}, 30,
+    wait_until(lambda: set(client_leaders(bootstrap)) == {0, 1}, 30,
                "partition 2 gone from the metadata")
     assert not zk.exists(zkpaths.partition_path(T, 2))
 
