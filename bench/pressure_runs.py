@@ -3,7 +3,7 @@ silent on a correct broker, and do the faults take effect?
 
     .venv/bin/python bench/pressure_runs.py [--runs 20] [--first-seed 100]
         [--test suites/test_suite_pressure.py::test_fixed_configuration_under_everything_at_once]
-        [--out runs/bench/pressure-DATE.json]
+        [--coordination controller|v2] [--out runs/bench/pressure-DATE.json]
 
 Each run is the test with CHAOSLOG_PRESSURE_SEED set to another seed (so
 another schedule of overlapping faults, other role choices), in a pytest
@@ -34,12 +34,12 @@ from bench.paths import RAW  # noqa: E402
 DEFAULT_TEST = "suites/test_suite_pressure.py::test_fixed_configuration_under_everything_at_once"
 
 
-def one_run(test: str, seed: int, basetemp: Path) -> dict:
+def one_run(test: str, seed: int, basetemp: Path, coordination: str = "controller") -> dict:
     env = {**os.environ, "CHAOSLOG_PRESSURE_SEED": str(seed)}
     t0 = time.monotonic()
     out = subprocess.run([sys.executable, "-m", "pytest", test, "-q", "-p", "no:cacheprovider",
-                          f"--basetemp={basetemp}"], cwd=REPO, env=env, capture_output=True,
-                         text=True)
+                          f"--basetemp={basetemp}", "--chaoslog-coordination", coordination],
+                         cwd=REPO, env=env, capture_output=True, text=True)
     result = {"seed": seed, "passed": out.returncode == 0, "exit": out.returncode,
               "seconds": round(time.monotonic() - t0, 1), "run_dir": None}
     summaries = sorted(basetemp.glob("**/summary.json"))
@@ -65,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--first-seed", type=int, default=100)
     ap.add_argument("--test", default=DEFAULT_TEST)
+    ap.add_argument("--coordination", choices=["controller", "v2"], default="controller",
+                    help="the coordination mode of the cluster (pytest --chaoslog-coordination)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     if a.runs < 1:
@@ -75,13 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     runs_dir.mkdir(parents=True, exist_ok=True)
     report = {"command": " ".join([".venv/bin/python", "bench/pressure_runs.py",
                                    *(argv if argv is not None else sys.argv[1:])]),
-              "test": a.test, "commit": subprocess.run(
+              "test": a.test, "coordination": a.coordination, "commit": subprocess.run(
                   ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
                   text=True).stdout.strip(),
               "started": dt.datetime.now().isoformat(timespec="seconds"), "runs": []}
     for i in range(a.runs):
         seed = a.first_seed + i
-        r = one_run(a.test, seed, runs_dir / f"seed-{seed}")
+        r = one_run(a.test, seed, runs_dir / f"seed-{seed}", a.coordination)
         report["runs"].append(r)
         out.write_text(json.dumps(report, indent=1) + "\n")
         faults = r.get("faults", {})
