@@ -27,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 LOG_DIR = Path("build/lanes")
@@ -50,7 +50,6 @@ class Lane:
     commands: list[Command]
     current: subprocess.Popen | None = None
     stopping: bool = False
-    started: float = field(default_factory=time.monotonic)
 
     def run(self) -> None:
         """The commands one after another; a failed one does not stop the
@@ -62,6 +61,8 @@ class Lane:
             with open(cmd.log, "wb") as out:
                 self.current = subprocess.Popen(cmd.line, shell=True, stdout=out,
                                                 stderr=subprocess.STDOUT, start_new_session=True)
+                if self.stopping:   # (a Ctrl-C while it started)
+                    self.interrupt()
                 cmd.rc = self.current.wait()
             cmd.seconds = time.monotonic() - t0
             _say(f"[{self.name}] {'passed' if cmd.rc == 0 else f'FAILED (exit {cmd.rc})'} "
@@ -86,14 +87,15 @@ class Lane:
 
 
 def _percent(log: Path) -> str:
-    """pytest's last progress mark in `log` ("[ 45%]"), or "starting"."""
+    """pytest's last progress mark in `log` ("[ 45%]": 45 % of its tests
+    done), else "under way" (pytest marks a file's line when it ends)."""
     try:
         with open(log, "rb") as f:
             f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
             found = _PERCENT.findall(f.read())
     except OSError:
         found = []
-    return f"{int(found[-1])}%" if found else "starting"
+    return f"{int(found[-1])}%" if found else "under way"
 
 
 def _mmss(seconds: float) -> str:

@@ -36,7 +36,7 @@ def test_every_command_passing_passes(tmp_path, monkeypatch, capsys):
 
 def test_where_a_lane_stands_is_pytest_s_last_progress_mark(tmp_path):
     log = tmp_path / "l.log"
-    assert lanes._percent(log) == "starting"
+    assert lanes._percent(log) == "under way"
     log.write_bytes(b"tests/a.py ....   [  7%]\ntests/b.py ..\n[ 45%]\ntests/c.py .")
     assert lanes._percent(log) == "45%"
 
