@@ -27,6 +27,7 @@ import pytest
 
 from faults import recipes
 from faults.injectors.base import FaultError
+from faults.targets import TargetError
 from suite_helpers import SAFE, assert_valid, caught_up, cluster_view, wait_for
 
 SEED = int(os.environ.get("CHAOSLOG_PRESSURE_SEED", "0"))
@@ -159,8 +160,11 @@ def test_seed_faithful_configuration_loses_nothing_to_one_failure_at_a_time(work
         try:
             nemesis.inject(fault, target)
             played.append(fault)
-        except FaultError:
-            continue   # refused here (no role holder now, or not in this coordination mode)
+        except (FaultError, TargetError):
+            # Refused here (not in this coordination mode), or no role holder
+            # now (a leader resigning for the preferred replica): another pick.
+            time.sleep(0.5)
+            continue
         time.sleep(rng.uniform(3.0, 7.0))
         nemesis.heal()
         wait_for(lambda: view.registered() == brokers and view.fully_replicated(topics)
