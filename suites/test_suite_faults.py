@@ -32,9 +32,9 @@ from suite_helpers import (SAFE, SESSION_TIMEOUT_S, SUITE_SECONDS, AckWatch, clu
 
 # Also against tansu (`--chaoslog-target tansu`, docs/targets.md): the same
 # runs of the kinds it supports, the others skipped with its reason.
-# In V2 coordination too (`make test-v2`: the kinds it can run). Not in
-# `make test`, whose 45 minutes it would overrun: `make test-faults` (about
-# 9 minutes); CI runs both.
+# In V2 coordination too (`make test-v2`: the kinds it can run). Its own
+# session, `make test-faults` (about 9 minutes), which `make test` runs in
+# its second lane (scripts/lanes.py).
 pytestmark = [pytest.mark.docker, pytest.mark.any_target, pytest.mark.any_coordination,
               pytest.mark.catalogue]
 
