@@ -1,9 +1,9 @@
 """Run test commands in lanes side by side: how `make test` fits CI's 45 minutes.
 
 Why: the suites are bound by the wall clock (runs of fixed length, faults
-held for seconds) and use about half of the 2-core box (measured with
-/proc/stat: a pressure run kept 51 % of both cores busy, catalogue runs
-33 %). One after another, CI's tiers took 56 minutes. Two lanes of about
+held for seconds) and use about half of the 2-core box (bench/cpu_share.py:
+a pressure run kept 51 % of both cores busy, catalogue runs 33 %;
+bench/results/cpu-share-2026-11-29.txt). One after another, CI's tiers took 56 minutes. Two lanes of about
 equal length keep both cores busy without overloading them: each lane
 runs its commands one after another, the lanes run at once.
 
