@@ -395,6 +395,7 @@ class Coordinator:
     # -- metadata -------------------------------------------------------------------------------
 
     async def _metadata_loop(self) -> None:
+        read_s = 0.0     # how long the last read that succeeded took
         while True:
             began = time.monotonic()
             self._refresh_now.clear()          # a change during the read asks for the next
@@ -415,12 +416,15 @@ class Coordinator:
                             await self._start_replica(tp)     # newly assigned here
                     elif pv.held is None:
                         self._kick(tp)                        # still leaderless: try again
+                read_s = time.monotonic() - began
             except asyncio.CancelledError:
                 raise
             except Exception as e:
+                # (its time was ZooKeeper out of reach, not the cluster's size:
+                # it must not hold the next read back)
                 log.warning("V2: reading the cluster failed: %r", e)
             ended = time.monotonic()
-            min_gap = READ_GAP_FACTOR * (ended - began)
+            min_gap = READ_GAP_FACTOR * read_s
             try:
                 await asyncio.wait_for(self._refresh_now.wait(), max(self.refresh_s, min_gap))
             except asyncio.TimeoutError:
