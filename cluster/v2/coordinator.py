@@ -255,11 +255,7 @@ class Coordinator:
                 await self.zk.call(self.election.resign, *tp)  # closed during the election
                 return
             if won is not None:
-                log.info("V2: leads %s-%d at epoch %d, ISR %s", *tp, won.leader_epoch,
-                         list(won.isr))
-                self._apply(tp, pv, self.broker_id, won.leader_epoch, won)
-                await self._as_leader(tp, dataclasses.replace(
-                    pv, held=Held(LeaderLock(self.broker_id, won.leader_epoch), True), state=won))
+                await self._lead(tp, pv, won)
                 return
             pv = await self.zk.call(self._read_partition, tp)
             if pv.held is None:
@@ -269,10 +265,35 @@ class Coordinator:
             if not held.ours:
                 log.info("V2: %s-%d is locked by this broker's earlier session; waiting "
                          "for it to expire", *tp)
-            else:
+            elif self._leads(tp, held.lock.epoch):
                 await self._as_leader(tp, pv)   # we lead (applied when we won)
+            else:
+                await self._finish_election(tp, pv, held.lock.epoch)
             return
         self._apply(tp, pv, held.lock.broker, held.lock.epoch, pv.state)
+
+    async def _lead(self, tp: TP, pv: PartitionView, won: LeaderAndIsr) -> None:
+        log.info("V2: leads %s-%d at epoch %d, ISR %s", *tp, won.leader_epoch, list(won.isr))
+        self._apply(tp, pv, self.broker_id, won.leader_epoch, won)
+        await self._as_leader(tp, dataclasses.replace(
+            pv, held=Held(LeaderLock(self.broker_id, won.leader_epoch), True), state=won))
+
+    def _leads(self, tp: TP, epoch: int) -> bool:
+        """Whether this broker's replica leads at `epoch` (or later)."""
+        p = self.rm.partition(tp)
+        return p is not None and p.is_leader and p.leader_epoch >= epoch
+
+    async def _finish_election(self, tp: TP, pv: PartitionView, epoch: int) -> None:
+        """This session holds the lock but never led at its epoch: an
+        election cut short by a connection loss (Election.finish)."""
+        won = await self.zk.call(self.election.finish, *tp, epoch)
+        if won is None:
+            log.warning("V2: %s-%d: an election of ours was cut short and cannot be finished; "
+                        "giving the lock up", *tp)
+            await self.zk.call(self.election.resign, *tp)
+            return
+        log.warning("V2: %s-%d: finishing an election cut short by a connection loss", *tp)
+        await self._lead(tp, pv, won)
 
     # -- what only the leader does (docs/design.md#v2-reassignment) -------------------------------
 
@@ -406,6 +427,7 @@ class Coordinator:
                 for tp, pv in sorted(view.partitions.items()):
                     if pv.held is not None and pv.held.ours and (
                             pv.reassigning or self.broker_id not in pv.replicas
+                            or not self._leads(tp, pv.held.lock.epoch)
                             or (pv.state is not None
                                 and self._may_resign(tp, pv, pv.state.isr))):
                         self._kick(tp)                        # the leader's part

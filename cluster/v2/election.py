@@ -117,6 +117,22 @@ class Election:
             return None                        # the partition was deleted meanwhile
         return self._write_state(topic, partition, state, live, replicas)
 
+    def finish(self, topic: str, partition: int, epoch: int) -> LeaderAndIsr | None:
+        """Complete an election of this broker's session whose lock (at
+        `epoch`) was created but whose state was never written: ZooKeeper
+        applied the create and the answer was lost with the connection
+        (kazoo's ConnectionLoss). The lock alone leads nothing: without this
+        the partition stays leaderless while the session lives, and the
+        next leader reuses the epoch. None when the state moved past that
+        epoch, or this broker may no longer lead: it then gives the lock up."""
+        replicas = self._replicas(topic, partition)
+        state = read_state(self.zk, topic, partition)
+        live = self._live()
+        if ((0 if state is None else state.leader_epoch + 1) != epoch
+                or not eligible(self.broker_id, replicas, state, live, self.unclean)):
+            return None
+        return self._write_state(topic, partition, state, live, replicas)
+
     def bump(self, topic: str, partition: int,
              isr: tuple[int, ...] | None = None) -> LeaderAndIsr | None:
         """As the leader, start a new leader epoch with ISR `isr` (None: the

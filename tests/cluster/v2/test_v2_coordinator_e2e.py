@@ -32,6 +32,13 @@ def leaders(zk):
     return {p: (lock.broker if (lock := current_lock(zk, T, p)) else None) for p in ASSIGNMENT}
 
 
+def all_led(zk) -> bool:
+    """Every partition of T has a leader: usually its preferred replica, but
+    under load another may win after the preferred replica's head start
+    (docs/design.md#v2-election); where that is not what a test is about."""
+    return None not in leaders(zk).values()
+
+
 def state(zk, p) -> LeaderAndIsr:
     data, stat = zk.get(zkpaths.leader_and_isr_path(T, p))
     return LeaderAndIsr.decode(data, stat.version)
@@ -138,7 +145,7 @@ def test_v2_admin_creates_a_topic_and_deletes_it_while_a_broker_is_down(brokers,
     for b in brokers.values():
         b.wait_registered(zk)
     v2admin.create_topic(zk, T, {p: list(r) for p, r in ASSIGNMENT.items()})
-    wait_until(lambda: leaders(zk) == {0: 1, 1: 2, 2: 3}, 30, "preferred leaders")
+    wait_until(lambda: all_led(zk), 30, "every partition led")
     assert not zk.exists(zkpaths.partitions_reassigned_path(T))     # unmarked
     dirs = {b: [brokers[b].log_dir / f"{T}-{p}" for p in ASSIGNMENT] for b in brokers}
     wait_until(lambda: all(d.exists() for ds in dirs.values() for d in ds), 30,

@@ -205,3 +205,31 @@ def test_readers_take_a_v2_partitions_leader_from_its_lock(zk, sessions):
     election(sessions(2), 2, unclean=True).elect(T, 0)
     lai = zkpaths.read_leader_and_isr(zk, T, 0)
     assert (lai.leader, lai.leader_epoch) == (2, 1)
+
+
+def test_an_election_whose_lock_create_lost_its_answer_is_finished_at_the_lock_s_epoch(
+        zk, sessions):
+    """Found by a V2 pressure run (seed 331): the connection dropped while
+    broker 1 created the lock; ZooKeeper applied the create, kazoo raised
+    ConnectionLoss, and the broker never wrote the state: the partition had
+    a lock and no leader until the session ended, and the next leader took
+    the same epoch. Its next look finishes the election."""
+    assign(zk)
+    one = sessions(1)
+    one.create(zkpaths.leader_lock_path(T, 0), LeaderLock(1, 0).encode(), ephemeral=True,
+               makepath=True)                     # the create whose answer was lost
+    won = election(one, 1).finish(T, 0, 0)
+    assert won == LeaderAndIsr(1, 0, (1,), -1, 0) and read_state(zk) == won
+    assert current_lock(zk, T, 0) == LeaderLock(1, 0)
+
+
+def test_an_election_cut_short_is_not_finished_past_its_epoch_or_out_of_the_isr(zk, sessions):
+    assign(zk)
+    one, two = sessions(1), sessions(2)
+    zk.create(zkpaths.leader_and_isr_path(T, 0), LeaderAndIsr(3, 1, (2, 3), -1).encode(),
+              makepath=True)
+    two.create(zkpaths.leader_lock_path(T, 0), LeaderLock(2, 2).encode(), ephemeral=True)
+    assert election(two, 2).finish(T, 0, 1) is None            # the state is past epoch 1
+    assert election(one, 1).finish(T, 0, 2) is None            # broker 1 is out of the ISR
+    won = election(two, 2).finish(T, 0, 2)
+    assert (won.leader, won.leader_epoch, won.isr) == (2, 2, (2,))
