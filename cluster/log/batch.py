@@ -42,6 +42,9 @@ _OFFSET_LEN = struct.Struct(">qi")
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
 _LEADER_EPOCH_AT = 12
+_CRC_AT = 17
+_INT16 = struct.Struct(">h")
+_UINT32 = struct.Struct(">I")
 
 ATTR_COMPRESSION_MASK = 0x07
 ATTR_TIMESTAMP_TYPE = 0x08
@@ -202,3 +205,13 @@ def set_base_offset(buf: bytearray, position: int, offset: int) -> None:
 def set_leader_epoch(buf: bytearray, position: int, epoch: int) -> None:
     """Rewrite partitionLeaderEpoch in place; outside the CRC as well."""
     _INT32.pack_into(buf, position + _LEADER_EPOCH_AT, epoch)
+
+
+def add_attributes(buf: bytearray, position: int, bits: int) -> None:
+    """Set attribute `bits` of the batch at `position` (a whole batch in
+    `buf`) in place; the attributes are inside the CRC, so it is computed again."""
+    h = parse_header(buf, position)
+    end = position + h.size
+    _INT16.pack_into(buf, position + CRC_START, h.attributes | bits)
+    crc = crc32c.crc32c(memoryview(buf)[position + CRC_START:end])
+    _UINT32.pack_into(buf, position + _CRC_AT, crc)

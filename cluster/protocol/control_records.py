@@ -12,7 +12,6 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-import crc32c
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from cluster.log import batch as v2
@@ -20,9 +19,6 @@ from cluster.log import batch as v2
 ABORT, COMMIT = 0, 1
 _KEY = struct.Struct(">hh")
 _VALUE = struct.Struct(">hi")
-_ATTRIBUTES = struct.Struct(">h")
-_CRC = struct.Struct(">I")
-_CRC_AT = 17
 
 
 class Marker(NamedTuple):
@@ -41,9 +37,7 @@ def control_batch(producer_id: int, producer_epoch: int, commit: bool, coordinat
     b.append(0, timestamp_ms, _KEY.pack(0, COMMIT if commit else ABORT),
              _VALUE.pack(0, coordinator_epoch), [])
     buf = bytearray(b.build())
-    (attrs,) = _ATTRIBUTES.unpack_from(buf, v2.CRC_START)
-    _ATTRIBUTES.pack_into(buf, v2.CRC_START, attrs | v2.ATTR_CONTROL)
-    _CRC.pack_into(buf, _CRC_AT, crc32c.crc32c(bytes(buf[v2.CRC_START:])))
+    v2.add_attributes(buf, 0, v2.ATTR_CONTROL)
     return bytes(buf)
 
 
