@@ -195,6 +195,16 @@ def _controller_view(c, cid: int):
     return None if view is None or view.get("busy") else view
 
 
+def _one_replica_off_the_controller(c, topic: str) -> tuple[int, int, int]:
+    """A topic of one partition on one of the two brokers that are not the
+    controller; returns (controller, that broker, the other) once it leads."""
+    cid = wait_until(lambda: _zk(c)["controller"], 30, "a controller")
+    a, b = sorted(set(c.brokers) - {cid})
+    admin.create_topic(c.zk, topic, 1, 1, replica_assignment={0: [a]})
+    wait_until(lambda: _partition(_zk(c), topic).get("leader") == a, 30, f"{topic}: leader {a}")
+    return cid, a, b
+
+
 def _pair_off_the_controller(c, topic: str) -> tuple[int, int]:
     """A topic of one partition on the two brokers that are not the
     controller (so killing them moves no controller); returns (leader,
@@ -349,10 +359,7 @@ def test_dead_isr_member_fires_when_a_reassignment_keeps_a_removed_replica(
     tree = _tree(tmp_path, monkeypatch, REMOVED_REPLICA_KEPT_IN_ISR, broken)
     # The new leader's lag rule must not take the removed replica out.
     c = make_cluster(3, **CONFIG, **{"replica.lag.time.max.ms": 120000})
-    cid = wait_until(lambda: _zk(c)["controller"], 30, "a controller")
-    a, b = sorted(set(c.brokers) - {cid})
-    admin.create_topic(c.zk, "mv", 1, 1, replica_assignment={0: [a]})
-    wait_until(lambda: _partition(_zk(c), "mv").get("leader") == a, 30, f"mv: leader {a}")
+    _cid, a, b = _one_replica_off_the_controller(c, "mv")
     seen = _Observed(tmp_path / "observations.jsonl")
     sampler = MetadataSampler(lambda: _zk(c), seen.obs, period_s=0.2).start()
 
@@ -402,10 +409,7 @@ def test_reassignment_unsynced_fires_when_any_target_in_sync_will_do(
     # The new replica fetches one batch a request: 2000 batches take it about
     # 2 s (measured), the broken controller's finish about 0.1 s.
     c = make_cluster(3, **CONFIG, **{"replica.fetch.max.bytes": 1})
-    cid = wait_until(lambda: _zk(c)["controller"], 30, "a controller")
-    a, b = sorted(set(c.brokers) - {cid})
-    admin.create_topic(c.zk, "ra", 1, 1, replica_assignment={0: [a]})
-    wait_until(lambda: _partition(_zk(c), "ra").get("leader") == a, 30, f"ra: leader {a}")
+    cid, a, b = _one_replica_off_the_controller(c, "ra")
     _fill(c.brokers[a].bootstrap, "ra", 2000)
     seen = _Observed(tmp_path / "observations.jsonl")
     sampler = MetadataSampler(lambda: _zk(c), seen.obs, period_s=0.05).start()
