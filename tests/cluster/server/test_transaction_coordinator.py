@@ -48,6 +48,12 @@ def _coordinator(log: Log, bump: bool = False, now=None) -> TransactionCoordinat
     return c
 
 
+async def _begin(c: TransactionCoordinator) -> None:
+    """Producer 1000 (epoch 0) of TID, with a transaction open on t-0."""
+    assert await c.init_producer_id(TID, 60_000) == (E.NONE, 1000, 0)
+    assert await c.add_partitions(TID, 1000, 0, {("t", 0)}) == E.NONE
+
+
 def run(coro):
     return asyncio.run(coro)
 
@@ -96,8 +102,7 @@ def test_markers_that_fail_leave_the_transaction_prepared_until_a_retry():
     c = _coordinator(log)
 
     async def go():
-        await c.init_producer_id(TID, 60_000)
-        await c.add_partitions(TID, 1000, 0, {("t", 0)})
+        await _begin(c)
         await c.end_txn(TID, 1000, 0, False)
         log.markers_error = E.NOT_LEADER_FOR_PARTITION
         assert await c.complete(TID) == E.NOT_LEADER_FOR_PARTITION
@@ -113,8 +118,7 @@ def test_a_new_session_aborts_the_old_one_s_transaction_and_fences_it():
     c = _coordinator(log)
 
     async def go():
-        await c.init_producer_id(TID, 60_000)
-        await c.add_partitions(TID, 1000, 0, {("t", 0)})
+        await _begin(c)
         assert await c.init_producer_id(TID, 60_000) == (E.CONCURRENT_TRANSACTIONS, -1, -1)
         assert await c.init_producer_id(TID, 60_000) == (E.NONE, 1000, 2)
         assert await c.end_txn(TID, 1000, 0, True) == E.PRODUCER_FENCED
@@ -150,8 +154,7 @@ def test_ids_elsewhere_or_loading_are_refused_and_a_load_takes_the_last_record()
         c.begin_load(HOME)
         assert await c.add_partitions(TID, 1, 0, {("t", 0)}) == E.COORDINATOR_LOAD_IN_PROGRESS
         other = _coordinator(Log())
-        await other.init_producer_id(TID, 60_000)
-        await other.add_partitions(TID, 1000, 0, {("t", 0)})
+        await _begin(other)
         await other.end_txn(TID, 1000, 0, True)
         written = [(encode_key(TID), encode_value(other.loaded[HOME][TID]))]
         c.load(HOME, [(encode_key("gone"), encode_value(other.loaded[HOME][TID])),
@@ -171,8 +174,7 @@ def test_the_protocol_setting_decides_the_epoch_after_a_transaction(bump, epoch_
     c = _coordinator(log, bump=bump)
 
     async def go():
-        await c.init_producer_id(TID, 60_000)
-        await c.add_partitions(TID, 1000, 0, {("t", 0)})
+        await _begin(c)
         await c.end_txn(TID, 1000, 0, True)
         await c.complete(TID)
         late = await c.add_partitions(TID, 1000, 0, {("t", 0)})
