@@ -75,6 +75,17 @@ DEFAULTS: dict[str, Any] = {
     "group.initial.rebalance.delay.ms": 3000,
     "group.min.session.timeout.ms": 6000,
     "group.max.session.timeout.ms": 300000,
+    # Transactions (docs/design.md#transactions). Kafka's defaults except the
+    # partition count of the transaction log (Kafka: 50), as for offsets.
+    # transaction.protocol, not a Kafka key: "kip-98" (one producer epoch
+    # for every transaction of a session) or "kip-890" (the epoch bumped as
+    # each transaction ends, which only clients of EndTxn v5 follow).
+    "transaction.state.log.num.partitions": 10,
+    "transaction.state.log.replication.factor": 3,
+    "transaction.state.log.min.isr": 2,
+    "transaction.max.timeout.ms": 900000,
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": 10000,
+    "transaction.protocol": "kip-98",
     # Coordination (docs/design.md#coordination-modes): "controller" (the
     # default design) or "v2" (no controller; each partition's leader
     # coordinates).
@@ -166,6 +177,8 @@ class BrokerConfig:
     def validate(self) -> None:
         if self["replication.truncation"] not in ("hw", "leader-epoch"):
             raise ConfigError("replication.truncation must be 'hw' or 'leader-epoch'")
+        if self["transaction.protocol"] not in ("kip-98", "kip-890"):
+            raise ConfigError("transaction.protocol must be 'kip-98' or 'kip-890'")
         if self["coordination"] not in COORDINATION_MODES:
             raise ConfigError(f"coordination must be one of {', '.join(map(repr, COORDINATION_MODES))}")
         if self["min.insync.replicas"] < 1:

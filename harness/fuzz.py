@@ -267,12 +267,31 @@ def client_request(rng: random.Random, target: Target) -> tuple[int, int, Any, b
               "include_synonyms": rng.random() < 0.5}
     elif key in GROUP_KEYS:
         kw = _group_request(rng, key, v, t, p, index=rng.randrange(1 << 30))
+    elif key in TRANSACTION_KEYS:
+        kw = _transaction_request(rng, key, t, p)
     else:  # pragma: no cover - a new API needs a builder here
         raise AssertionError(f"no request builder for api key {key}")
     return key, v, req_cls(version=v, **kw), answer
 
 
 GROUP_KEYS = frozenset(api.GROUP_APIS)
+TRANSACTION_KEYS = frozenset(api.TRANSACTION_APIS)
+
+
+def _transaction_request(rng: random.Random, key: int, t: str, p: int) -> dict[str, Any]:
+    """The fields of AddPartitionsToTxn, AddOffsetsToTxn or EndTxn
+    (docs/design.md#transactions), for ids of the fuzzer's own."""
+    tid = rng.choice([f"fz-tx{rng.randint(0, 3)}", "", "x" * rng.randint(1, 300)])
+    pid = rng.choice([-1, 0, 1, rng.randint(0, 2 ** 40)])
+    epoch = rng.choice([-1, 0, 1, 32767])
+    if key == api.ADD_PARTITIONS_TO_TXN:
+        return {"v3_and_below_transactional_id": tid, "v3_and_below_producer_id": pid,
+                "v3_and_below_producer_epoch": epoch,
+                "v3_and_below_topics": [(t, [p])] if rng.random() < 0.9 else []}
+    fields = {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch}
+    if key == api.ADD_OFFSETS_TO_TXN:
+        return {**fields, "group_id": _group(rng)}
+    return {**fields, "committed": rng.random() < 0.5}
 
 
 def _group(rng: random.Random) -> str:

@@ -37,8 +37,10 @@ from kafka.protocol.consumer import (FetchRequest, FetchResponse, HeartbeatReque
 from kafka.protocol.metadata import (ApiVersionsRequest, ApiVersionsResponse,
                                      FindCoordinatorRequest, FindCoordinatorResponse,
                                      MetadataRequest, MetadataResponse)
-from kafka.protocol.producer import (InitProducerIdRequest, InitProducerIdResponse,
-                                     ProduceRequest, ProduceResponse)
+from kafka.protocol.producer import (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse,
+                                     AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
+                                     EndTxnRequest, EndTxnResponse, InitProducerIdRequest,
+                                     InitProducerIdResponse, ProduceRequest, ProduceResponse)
 
 from cluster.protocol import control
 from cluster.protocol.frame import ProtocolError
@@ -65,6 +67,10 @@ CREATE_TOPICS = 19
 DELETE_TOPICS = 20
 INIT_PRODUCER_ID = 22
 OFFSET_FOR_LEADER_EPOCH = 23
+ADD_PARTITIONS_TO_TXN = 24
+ADD_OFFSETS_TO_TXN = 25
+END_TXN = 26
+WRITE_TXN_MARKERS = control.WRITE_TXN_MARKERS
 DESCRIBE_CONFIGS = 32
 CREATE_PARTITIONS = 37
 
@@ -112,8 +118,17 @@ GROUP_APIS: dict[int, tuple[int, int, type, type]] = {
     DESCRIBE_GROUPS: (0, 2, DescribeGroupsRequest, DescribeGroupsResponse),
 }
 
+# The transactional APIs (docs/design.md#transactions), at Kafka 2.0's
+# versions; InitProducerId with a transactional id is among the client APIs.
+TRANSACTION_APIS: dict[int, tuple[int, int, type, type]] = {
+    ADD_PARTITIONS_TO_TXN: (0, 1, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse),
+    ADD_OFFSETS_TO_TXN: (0, 1, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
+    END_TXN: (0, 1, EndTxnRequest, EndTxnResponse),
+}
+
 # Every request a client may send, with its codec.
-SERVED_APIS: dict[int, tuple[int, int, type, type]] = {**CLIENT_APIS, **GROUP_APIS}
+SERVED_APIS: dict[int, tuple[int, int, type, type]] = {**CLIENT_APIS, **GROUP_APIS,
+                                                       **TRANSACTION_APIS}
 
 # Everything advertised in ApiVersions: the client APIs and the controller's.
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
@@ -130,7 +145,9 @@ NAMES = {PRODUCE: "Produce", FETCH: "Fetch", LIST_OFFSETS: "ListOffsets", METADA
          DESCRIBE_CONFIGS: "DescribeConfigs", OFFSET_COMMIT: "OffsetCommit",
          OFFSET_FETCH: "OffsetFetch", FIND_COORDINATOR: "FindCoordinator",
          JOIN_GROUP: "JoinGroup", HEARTBEAT: "Heartbeat", LEAVE_GROUP: "LeaveGroup",
-         SYNC_GROUP: "SyncGroup", DESCRIBE_GROUPS: "DescribeGroups", LIST_GROUPS: "ListGroups"}
+         SYNC_GROUP: "SyncGroup", DESCRIBE_GROUPS: "DescribeGroups", LIST_GROUPS: "ListGroups",
+         ADD_PARTITIONS_TO_TXN: "AddPartitionsToTxn", ADD_OFFSETS_TO_TXN: "AddOffsetsToTxn",
+         END_TXN: "EndTxn", WRITE_TXN_MARKERS: "WriteTxnMarkers"}
 
 
 def is_supported(api_key: int, version: int) -> bool:

@@ -15,6 +15,8 @@ Api keys are Kafka 0.8's (LeaderAndIsr 4, StopReplica 5, UpdateMetadata 6,
 ControlledShutdown 7); the bodies are our own (version 2), not Kafka's, because they
 carry what this design needs (zk_version, the full replica list and the topic
 id in the partition state, the broker start epoch in ControlledShutdown).
+WriteTxnMarkers (27), from a transaction coordinator to partition leaders
+(docs/design.md#transactions), has Kafka's version 0 fields at version 2.
 
 Every request carries the sender's controller epoch; a broker rejects one
 older than the newest it has seen with STALE_CONTROLLER_EPOCH (Kafka 0.8's fix
@@ -36,11 +38,13 @@ LEADER_AND_ISR = 4
 STOP_REPLICA = 5
 UPDATE_METADATA = 6
 CONTROLLED_SHUTDOWN = 7
+WRITE_TXN_MARKERS = 27
 # v1: every controller request names the broker it is for and that broker's
 # start epoch (docs/design.md#controller-epoch).
 # v2: a PartitionState carries its topic's id (docs/design.md#topic-ids).
 API_VERSION = 2
-CONTROL_API_KEYS = frozenset({LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA, CONTROLLED_SHUTDOWN})
+CONTROL_API_KEYS = frozenset({LEADER_AND_ISR, STOP_REPLICA, UPDATE_METADATA, CONTROLLED_SHUTDOWN,
+                              WRITE_TXN_MARKERS})
 
 class ProtocolError(ValueError):
     """A frame that cannot be decoded (or a body that cannot be encoded)."""
@@ -374,13 +378,81 @@ class ControlledShutdownResponse:
         return cls(r.i16(), tuple(r.array(lambda: TopicPartition._read(r), _TP_MIN)))
 
 
+@dataclass(frozen=True)
+class TxnMarker:
+    """One transaction's markers: its producer, the epoch they carry, commit
+    or abort, its partitions, and the coordinator's epoch (the leader epoch
+    of its `__transaction_state` partition)."""
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    partitions: tuple[TopicPartition, ...]
+    coordinator_epoch: int
+
+    def _write(self, w: _Writer) -> None:
+        w.i64(self.producer_id)
+        w.i16(self.producer_epoch)
+        w.bool(self.commit)
+        w.array(self.partitions, lambda p: p._write(w))
+        w.i32(self.coordinator_epoch)
+
+    @classmethod
+    def _read(cls, r: _Reader) -> "TxnMarker":
+        return cls(r.i64(), r.i16(), r.bool(),
+                   tuple(r.array(lambda: TopicPartition._read(r), _TP_MIN)), r.i32())
+
+
+@dataclass(frozen=True)
+class WriteTxnMarkersRequest:
+    API_KEY: ClassVar[int] = WRITE_TXN_MARKERS
+    markers: tuple[TxnMarker, ...] = ()
+
+    def _write(self, w: _Writer) -> None:
+        w.array(self.markers, lambda m: m._write(w))
+
+    @classmethod
+    def _read(cls, r: _Reader) -> "WriteTxnMarkersRequest":
+        return cls(tuple(r.array(lambda: TxnMarker._read(r), _TM_MIN)))
+
+
+@dataclass(frozen=True)
+class TxnMarkerResult:
+    producer_id: int
+    partitions: tuple[PartitionError, ...] = ()
+
+    def _write(self, w: _Writer) -> None:
+        w.i64(self.producer_id)
+        w.array(self.partitions, lambda p: p._write(w))
+
+    @classmethod
+    def _read(cls, r: _Reader) -> "TxnMarkerResult":
+        return cls(r.i64(), tuple(r.array(lambda: PartitionError._read(r), _PE_MIN)))
+
+
+@dataclass(frozen=True)
+class WriteTxnMarkersResponse:
+    API_KEY: ClassVar[int] = WRITE_TXN_MARKERS
+    markers: tuple[TxnMarkerResult, ...] = ()
+
+    def _write(self, w: _Writer) -> None:
+        w.array(self.markers, lambda m: m._write(w))
+
+    @classmethod
+    def _read(cls, r: _Reader) -> "WriteTxnMarkersResponse":
+        return cls(tuple(r.array(lambda: TxnMarkerResult._read(r), 12)))
+
+
+_TM_MIN = 19   # producer id, epoch, commit, an empty array, coordinator epoch
+
 REQUEST_TYPES: dict[int, type] = {
     LEADER_AND_ISR: LeaderAndIsrRequest, STOP_REPLICA: StopReplicaRequest,
     UPDATE_METADATA: UpdateMetadataRequest, CONTROLLED_SHUTDOWN: ControlledShutdownRequest,
+    WRITE_TXN_MARKERS: WriteTxnMarkersRequest,
 }
 RESPONSE_TYPES: dict[int, type] = {
     LEADER_AND_ISR: LeaderAndIsrResponse, STOP_REPLICA: StopReplicaResponse,
     UPDATE_METADATA: UpdateMetadataResponse, CONTROLLED_SHUTDOWN: ControlledShutdownResponse,
+    WRITE_TXN_MARKERS: WriteTxnMarkersResponse,
 }
 
 
@@ -473,5 +545,10 @@ def response_for(request: Any, error: int) -> Any:
         return UpdateMetadataResponse(error)
     if isinstance(request, ControlledShutdownRequest):
         return ControlledShutdownResponse(error, ())
+    if isinstance(request, WriteTxnMarkersRequest):
+        return WriteTxnMarkersResponse(tuple(
+            TxnMarkerResult(m.producer_id, tuple(PartitionError(p.topic, p.partition, error)
+                                                 for p in m.partitions))
+            for m in request.markers))
     raise ProtocolError(f"not a control request: {type(request).__name__}")
 

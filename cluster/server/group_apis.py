@@ -1,13 +1,10 @@
-"""GroupApis: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-OffsetCommit, OffsetFetch, ListGroups, DescribeGroups (docs/design.md#groups).
+"""GroupApis: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit,
+OffsetFetch, ListGroups, DescribeGroups (docs/design.md#groups).
 
 Requests in, GroupCoordinator calls, responses out at the version asked.
-FindCoordinator names the leader of the group's offsets partition, and the
-first one that finds no offsets topic creates it (through cluster.admin, in
-ZooKeeper, as a topic's auto-creation does), provided
-offsets.topic.replication.factor brokers are live: until the controller has
-elected its leaders the answer is COORDINATOR_NOT_AVAILABLE and clients ask
-again, as with Kafka.
+FindCoordinator (kafka_apis.py) names the leader of the group's partition
+of the offsets topic, `topic`, which creates it on first use
+(internal_topic.py).
 """
 from __future__ import annotations
 
@@ -19,22 +16,16 @@ from kafka.protocol.admin import DescribeGroupsResponse, ListGroupsResponse
 from kafka.protocol.consumer import (HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse,
                                      OffsetCommitResponse, OffsetFetchResponse,
                                      SyncGroupResponse)
-from kafka.protocol.metadata import FindCoordinatorResponse
-
-from cluster import admin, zkpaths
 from cluster.protocol import errors as E
 from cluster.protocol.frame import RequestHeader
 from cluster.server.group_coordinator import GroupConfig, GroupCoordinator
 from cluster.server.group_metadata import OffsetAndMetadata
 from cluster.server.group_metadata_manager import GroupMetadataManager
+from cluster.server.internal_topic import InternalTopic
 from cluster.server.metadata_cache import MetadataCache
-from cluster.server.offsets_topic import GROUP_METADATA_TOPIC, partition_for
+from cluster.server.offsets_topic import GROUP_METADATA_TOPIC
 
 log = logging.getLogger(__name__)
-
-KEY_TYPE_GROUP = 0
-KEY_TYPE_TRANSACTION = 1
-
 
 def _answer(fut: asyncio.Future) -> Callable[..., None]:
     """A coordinator callback that completes `fut` with its arguments (a
@@ -59,76 +50,12 @@ class GroupApis:
 
     def __init__(self, cfg: Any, rm: Any, metadata: MetadataCache, zk: Any):
         self.metadata = metadata
-        self.zk = zk
-        self.num_partitions = cfg["offsets.topic.num.partitions"]
-        self.replication_factor = cfg["offsets.topic.replication.factor"]
-        self._refused_at = -1   # the live broker count the last refusal to create was logged at
-        manager = GroupMetadataManager(rm.partition, self.offsets_partition_count, rm.min_isr,
+        self.topic = InternalTopic(GROUP_METADATA_TOPIC, cfg["offsets.topic.num.partitions"],
+                                   cfg["offsets.topic.replication.factor"], metadata, zk)
+        manager = GroupMetadataManager(rm.partition, self.topic.partition_count, rm.min_isr,
                                        cfg["message.max.bytes"], cfg["offsets.commit.timeout.ms"],
                                        cfg["offset.metadata.max.bytes"])
         self.coordinator = GroupCoordinator(manager, GroupConfig.from_broker_config(cfg))
-
-    def offsets_partition_count(self) -> int:
-        """The offsets topic's partitions as the metadata says (every broker
-        then maps a group to the same one), the configured count before it exists."""
-        return len(self.metadata.partitions_of(GROUP_METADATA_TOPIC)) or self.num_partitions
-
-    # -- FindCoordinator ----------------------------------------------------------------------
-
-    async def find_coordinator(self, hdr: RequestHeader, req: Any) -> FindCoordinatorResponse:
-        v = hdr.api_version
-        key_type = req.key_type if v >= 1 else KEY_TYPE_GROUP
-        node = (-1, "", -1)
-        if key_type == KEY_TYPE_TRANSACTION:
-            err = E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED   # no transactions here
-        elif key_type != KEY_TYPE_GROUP or req.key is None:
-            err = E.INVALID_REQUEST
-        else:
-            err, node = await self._coordinator_of(req.key)
-        kw: dict[str, Any] = dict(error_code=err, node_id=node[0], host=node[1], port=node[2])
-        if v >= 1:
-            kw.update(throttle_time_ms=0, error_message=None)
-        return FindCoordinatorResponse(version=v, **kw)
-
-    async def _coordinator_of(self, group_id: str) -> tuple[int, tuple[int, str, int]]:
-        no_node = (-1, "", -1)
-        parts = self.metadata.partitions_of(GROUP_METADATA_TOPIC)
-        if not parts:
-            await self._create_offsets_topic()
-            return E.COORDINATOR_NOT_AVAILABLE, no_node
-        cp = parts.get(partition_for(group_id, len(parts)))
-        endpoint = self.metadata.endpoint(cp.leader) if cp is not None and cp.leader >= 0 else None
-        if endpoint is None:
-            return E.COORDINATOR_NOT_AVAILABLE, no_node
-        return E.NONE, (cp.leader, endpoint[0], endpoint[1])
-
-    async def _create_offsets_topic(self) -> None:
-        live = len(self.metadata.live_brokers())
-        if live < self.replication_factor:
-            # As Kafka: no offsets topic with fewer replicas than configured.
-            if live != self._refused_at:   # once per live count, not per request
-                log.warning("not creating %s: %d live brokers, offsets.topic.replication.factor"
-                            " is %d", GROUP_METADATA_TOPIC, live, self.replication_factor)
-            self._refused_at = live
-            return
-        if self.zk is None:
-            return
-        try:
-            await self.zk.call(self._create_in_zookeeper)
-        except Exception as e:   # ZooKeeper unreachable: the client asks again
-            log.warning("creating %s failed: %r", GROUP_METADATA_TOPIC, e)
-
-    def _create_in_zookeeper(self) -> None:
-        kz = self.zk.kazoo
-        if kz.exists(zkpaths.topic_path(GROUP_METADATA_TOPIC)):
-            return   # created, not yet in this broker's metadata (or being deleted)
-        try:
-            admin.create_topic(kz, GROUP_METADATA_TOPIC, self.num_partitions,
-                               self.replication_factor)
-        except admin.AdminError:
-            return   # another broker created it meanwhile
-        log.info("created %s: %d partitions, replication factor %d", GROUP_METADATA_TOPIC,
-                 self.num_partitions, self.replication_factor)
 
     # -- membership -----------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from kafka.protocol.consumer import (FetchResponse, ListOffsetsResponse,
                                      OffsetForLeaderEpochResponse)
-from kafka.protocol.metadata import MetadataResponse
+from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 from kafka.record.default_records import DefaultRecordBatch
 
@@ -26,17 +26,27 @@ from cluster.protocol import api, control
 from cluster.protocol import errors as E
 from cluster.protocol.frame import (ProtocolError, RequestHeader, frame_response,
                                     parse_request_header)
-from cluster.protocol.records import RecordError, down_convert, to_v2
+from cluster.protocol.records import RecordError, batch_headers, down_convert, to_v2
 from cluster.server.admin_apis import AdminApis
 from cluster.server.group_apis import GroupApis
 from cluster.server.metadata_cache import MetadataCache
-from cluster.server.offsets_topic import INTERNAL_TOPICS
+from cluster.server.internal_topic import INTERNAL_TOPICS, NO_NODE
 from cluster.server.replica_manager import ReplicaManager
 from cluster.server.state_window import STATE_WINDOW_KEY, STATE_WINDOW_VERSION, StateWindow
+from cluster.server.transaction_apis import TransactionApis
+from cluster.server.txn_markers import write_markers
 
 log = logging.getLogger(__name__)
 
 CLOSE = object()  # sentinel: close the connection
+READ_COMMITTED = 1  # a Fetch's or ListOffsets' isolation level
+KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION = 0, 1   # FindCoordinator's key types
+
+
+def _end_of(records) -> int:
+    """The offset after the last whole batch in `records` (a fetch's read)."""
+    headers = batch_headers(records)
+    return headers[-1].next_offset if headers else 0
 
 
 def _current_leader_epoch(partition_request) -> int:
@@ -69,6 +79,7 @@ class KafkaApis:
                                serves_admin=lambda: component is not None and component.serves_admin())
         self.groups = GroupApis(cfg, rm, metadata, zk)
         rm.add_leadership_listener(self.groups.coordinator.on_leadership_change)
+        self.txns = TransactionApis(cfg, rm, metadata, zk)
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -119,9 +130,19 @@ class KafkaApis:
             resp = self.rm.handle_stop_replica(req)
         elif isinstance(req, control.UpdateMetadataRequest):
             resp = self.rm.handle_update_metadata(req)
+        elif isinstance(req, control.WriteTxnMarkersRequest):
+            return self._write_txn_markers(hdr, req)
         else:
             return self._controlled_shutdown(hdr, req)
         return control.encode_response(resp, hdr.correlation_id)
+
+    def _write_txn_markers(self, hdr, req: control.WriteTxnMarkersRequest):
+        """A transaction coordinator's markers for partitions led here."""
+        async def run():
+            resp = await write_markers(self.rm.partition, req.markers, self.rm.min_isr,
+                                       self.cfg["request.timeout.ms"] / 1000)
+            return control.encode_response(resp, hdr.correlation_id)
+        return run()
 
     def _controlled_shutdown(self, hdr, req: control.ControlledShutdownRequest):
         """Route to the controller component running in this process; it
@@ -206,9 +227,6 @@ class KafkaApis:
                 plist.append(r)
                 if acks not in (0, 1, -1):
                     r[1] = E.INVALID_REQUIRED_ACKS
-                    continue
-                if v >= 3 and req.transactional_id is not None:
-                    r[1] = E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
                     continue
                 if td.name in INTERNAL_TOPICS:
                     r[1] = E.INVALID_TOPIC_EXCEPTION   # only the coordinator writes there
@@ -344,6 +362,8 @@ class KafkaApis:
     def _read_fetch(self, hdr, req):
         v = hdr.api_version
         replica_id = req.replica_id
+        # docs/design.md#transactions: read_committed reads below the LSO.
+        read_committed = v >= 4 and req.isolation_level == READ_COMMITTED and replica_id < 0
         budget = req.max_bytes if v >= 3 else None
         total = 0
         errors = False
@@ -352,8 +372,9 @@ class KafkaApis:
             plist = []
             for fp in ft.partitions:
                 p = self.rm.partition((ft.topic, fp.partition))
-                hw = log_start = -1
+                hw = lso = log_start = -1
                 records = b""
+                aborted = None
                 if p is None:
                     err = (E.NOT_LEADER_FOR_PARTITION
                            if self.metadata.partition(ft.topic, fp.partition) is not None
@@ -366,13 +387,16 @@ class KafkaApis:
                         err = E.NONE
                     else:
                         err, records = p.read(fp.fetch_offset, max(max_bytes, 1), replica_id,
-                                              _current_leader_epoch(fp))
+                                              _current_leader_epoch(fp), read_committed)
                     if err in (E.NONE, E.OFFSET_OUT_OF_RANGE):
-                        hw, log_start = p.hw, p.log.log_start_offset
+                        hw, lso, log_start = p.hw, p.last_stable_offset, p.log.log_start_offset
+                    if read_committed and records:
+                        aborted = [(a.producer_id, a.first_offset) for a in
+                                   p.txns.aborted_between(fp.fetch_offset, _end_of(records))]
                 if err != E.NONE:
                     errors = True
                 total += len(records)
-                plist.append([fp.partition, err, hw, log_start, records])
+                plist.append([fp.partition, err, hw, lso, log_start, aborted, records])
             out.append((ft.topic, plist))
         return out, total, errors
 
@@ -382,13 +406,13 @@ class KafkaApis:
         topics = []
         for name, plist in result:
             parts = []
-            for idx, err, hw, log_start, records in plist:
+            for idx, err, hw, lso, log_start, aborted, records in plist:
                 if magic < 2 and records:
                     records = down_convert(records, magic)
                 if v >= 5:
-                    parts.append((idx, err, hw, hw, log_start, None, records))
+                    parts.append((idx, err, hw, lso, log_start, aborted, records))
                 elif v >= 4:
-                    parts.append((idx, err, hw, hw, None, records))
+                    parts.append((idx, err, hw, lso, aborted, records))
                 else:
                     parts.append((idx, err, hw, records))
             topics.append((name, parts))
@@ -411,8 +435,9 @@ class KafkaApis:
         for t in req.topics:
             plist = []
             for lp in t.partitions:
-                err, ts, off = self._offset_for(t.name, lp.partition_index, lp.timestamp,
-                                                req.replica_id)
+                err, ts, off = self._offset_for(
+                    t.name, lp.partition_index, lp.timestamp, req.replica_id,
+                    v >= 2 and req.isolation_level == READ_COMMITTED)
                 if v == 0:
                     plist.append((lp.partition_index, err, [off] if err == E.NONE and off >= 0
                                   else []))
@@ -422,7 +447,8 @@ class KafkaApis:
         kw: dict[str, Any] = {"throttle_time_ms": 0} if v >= 2 else {}
         return self._respond(hdr, ListOffsetsResponse(version=v, topics=topics, **kw))
 
-    def _offset_for(self, topic: str, partition: int, timestamp: int, replica_id: int):
+    def _offset_for(self, topic: str, partition: int, timestamp: int, replica_id: int,
+                    read_committed: bool):
         p = self.rm.partition((topic, partition))
         if p is None or not p.is_leader:
             err = (E.NOT_LEADER_FOR_PARTITION if self.metadata.partition(topic, partition)
@@ -431,8 +457,11 @@ class KafkaApis:
         if timestamp == -2:
             return E.NONE, -1, p.log.log_start_offset
         if timestamp == -1:
-            # Consumers: the HW (the last offset they may read); replicas: the LEO.
-            return E.NONE, -1, p.leo if replica_id >= 0 else p.hw
+            # Consumers: the HW (the LSO at read_committed): where their reads
+            # stop; replicas: the LEO.
+            if replica_id >= 0:
+                return E.NONE, -1, p.leo
+            return E.NONE, -1, p.last_stable_offset if read_committed else p.hw
         # By timestamp: first batch (below the HW) whose max timestamp reaches it,
         # then the first record in it that does.
         for h in p.log.batches(p.log.log_start_offset):
@@ -449,10 +478,7 @@ class KafkaApis:
 
     def _init_producer_id(self, hdr: RequestHeader, req):
         if req.transactional_id is not None:
-            return self._respond(hdr, InitProducerIdResponse(
-                version=hdr.api_version, throttle_time_ms=0,
-                error_code=E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1,
-                producer_epoch=-1))
+            return self._transaction(hdr, req)
         zk = self.zk
 
         async def run():
@@ -508,11 +534,41 @@ class KafkaApis:
             return self._respond(hdr, await serve(req, hdr.api_version))
         return run()
 
+    # -- FindCoordinator: groups and transactional ids ----------------------------------------
+
+    def _find_coordinator(self, hdr: RequestHeader, req):
+        v = hdr.api_version
+        key_type = req.key_type if v >= 1 else KEY_TYPE_GROUP
+        topic = {KEY_TYPE_GROUP: self.groups.topic,
+                 KEY_TYPE_TRANSACTION: self.txns.topic}.get(key_type)
+
+        async def run():
+            err, node = E.INVALID_REQUEST, NO_NODE
+            if topic is not None and req.key is not None:
+                err, node = await topic.coordinator_of(req.key)
+            kw: dict[str, Any] = dict(error_code=err, node_id=node[0], host=node[1],
+                                      port=node[2])
+            if v >= 1:
+                kw.update(throttle_time_ms=0, error_message=None)
+            return self._respond(hdr, FindCoordinatorResponse(version=v, **kw))
+        return run()
+
+    # -- transactional requests (docs/design.md#transactions) ---------------------------------
+
+    def _transaction(self, hdr: RequestHeader, req):
+        serve = {api.INIT_PRODUCER_ID: self.txns.init_producer_id,
+                 api.ADD_PARTITIONS_TO_TXN: self.txns.add_partitions_to_txn,
+                 api.ADD_OFFSETS_TO_TXN: self.txns.add_offsets_to_txn,
+                 api.END_TXN: self.txns.end_txn}[hdr.api_key]
+
+        async def run():
+            return self._respond(hdr, await serve(hdr, req))
+        return run()
+
     # -- group requests (docs/design.md#groups) ---------------------------------------------
 
     def _group(self, hdr: RequestHeader, req):
-        serve = {api.FIND_COORDINATOR: self.groups.find_coordinator,
-                 api.JOIN_GROUP: self.groups.join_group,
+        serve = {api.JOIN_GROUP: self.groups.join_group,
                  api.SYNC_GROUP: self.groups.sync_group,
                  api.HEARTBEAT: self.groups.heartbeat,
                  api.LEAVE_GROUP: self.groups.leave_group,
@@ -536,7 +592,10 @@ class KafkaApis:
         api.DELETE_TOPICS: _admin,
         api.CREATE_PARTITIONS: _admin,
         api.DESCRIBE_CONFIGS: _admin,
-        **dict.fromkeys((api.FIND_COORDINATOR, api.JOIN_GROUP, api.SYNC_GROUP, api.HEARTBEAT,
-                         api.LEAVE_GROUP, api.OFFSET_COMMIT, api.OFFSET_FETCH, api.LIST_GROUPS,
+        api.FIND_COORDINATOR: _find_coordinator,
+        **dict.fromkeys((api.JOIN_GROUP, api.SYNC_GROUP, api.HEARTBEAT, api.LEAVE_GROUP,
+                         api.OFFSET_COMMIT, api.OFFSET_FETCH, api.LIST_GROUPS,
                          api.DESCRIBE_GROUPS), _group),
+        **dict.fromkeys((api.ADD_PARTITIONS_TO_TXN, api.ADD_OFFSETS_TO_TXN, api.END_TXN),
+                        _transaction),
     }

@@ -24,7 +24,6 @@ from cluster.log import batch as v2
 from cluster.server.group_metadata import OffsetAndMetadata
 
 GROUP_METADATA_TOPIC = "__consumer_offsets"
-INTERNAL_TOPICS = frozenset({GROUP_METADATA_TOPIC})
 
 OFFSET_KEY_VERSION = 1        # what this broker writes (Kafka 2.0 writes 1; 0 is the same)
 GROUP_METADATA_KEY_VERSION = 2

@@ -8,6 +8,8 @@ offsets), the ISR, and the zkVersion of the leaderAndISR znode it last saw
 High watermark (HW, docs/design.md#high-watermark): on the leader, min LEO
 over the ISR; on a follower, min(leader HW in the last fetch response, own
 LEO). Consumers read below the HW only; followers read up to the LEO.
+`read_committed` consumers read below the last stable offset, which the
+replica's open transactions give (docs/design.md#transactions).
 
 All methods run on the broker's event loop (see replica_manager.py); none
 blocks except the log calls, which are page-cache writes and reads.
@@ -19,7 +21,9 @@ import logging
 from cluster.log.batch import BatchHeader
 from cluster.log.errors import CorruptRecordError, OffsetOutOfRangeError
 from cluster.protocol import errors as E
+from cluster.protocol.control_records import ControlRecordError, control_batch, read_marker
 from cluster.protocol.records import batch_headers
+from cluster.server.open_transactions import OpenTransactions
 from cluster.server.producer_state import ProducerState
 from cluster.server.purgatory import Notifier, OffsetWaiters
 
@@ -66,6 +70,7 @@ class Partition:
         self.controller_epoch = -1
         self.zk_version = -1
         self.isr: frozenset[int] = frozenset()
+        self.txns = OpenTransactions()
         self.hw = 0
         # Set when a conditional ISR write found a newer znode version: someone
         # (the controller) changed leader/ISR, so this broker must stop taking
@@ -95,12 +100,48 @@ class Partition:
     def is_leader(self) -> bool:
         return self.leader_id == self.broker_id
 
+    @property
+    def hw(self) -> int:
+        return self._hw
+
+    @hw.setter
+    def hw(self, value: int) -> None:
+        # Every change of the HW may make transactions stable (their markers committed).
+        self._hw = value
+        self.txns.update_hw(value)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Where `read_committed` reads stop (docs/design.md#transactions)."""
+        return self.txns.last_stable_offset()
+
     def init_hw(self, checkpointed: int | None) -> None:
         """On load: HW = min(checkpointed HW, LEO) (docs/design.md#high-watermark)."""
         self.hw = max(self.log.log_start_offset, min(checkpointed or 0, self.leo))
 
     def rebuild_producer_state(self) -> None:
-        self.producer_state.rebuild(self.log.batches(self.log.log_start_offset))
+        """The idempotence state and the open transactions, from the log's
+        batch headers (and the marker of each control batch)."""
+        headers = list(self.log.batches(self.log.log_start_offset))
+        self.producer_state.rebuild(headers)
+        self.txns.rebuild(((h, self._marker_of(h)) for h in headers), self.hw)
+
+    def _marker_of(self, h: BatchHeader) -> bool | None:
+        """A control batch's marker type from the log (None for other batches)."""
+        if not h.is_control:
+            return None
+        return self._commit_of(self.log.read(h.base_offset, h.size)[:h.size], h)
+
+    def _commit_of(self, batch, h: BatchHeader) -> bool:
+        """The marker type of the control batch `batch` (its bytes), header `h`."""
+        try:
+            return read_marker(bytes(batch)).commit
+        except ControlRecordError as e:
+            # A control batch this broker cannot read: taken as an abort, so
+            # its records are never shown as committed.
+            log.warning("%s-%d: control batch at offset %d unreadable (%s): taken as ABORT",
+                        self.topic, self.partition, h.base_offset, e)
+            return False
 
     def view(self) -> dict:
         """This replica's state for the test-only window (state_window.py):
@@ -110,7 +151,8 @@ class Partition:
                "leader": self.leader_id,
                "epoch": self.leader_epoch, "isr": sorted(self.isr), "zk_version": self.zk_version,
                "replicas": list(self.replicas), "hw": self.hw, "leo": self.leo,
-               "start": self.log.log_start_offset, "fenced": self.fenced}
+               "start": self.log.log_start_offset, "fenced": self.fenced,
+               "lso": self.last_stable_offset}
         if self.is_leader:
             out["followers"] = {str(r.broker_id): r.leo for r in self.remotes.values()}
         committed = self.log.batch_at(self.hw - 1) if self.hw > 0 else None
@@ -190,6 +232,9 @@ class Partition:
         for h in headers:
             if h.size > max_batch_bytes:
                 return E.MESSAGE_TOO_LARGE, -1, -1
+            if h.is_control or (h.is_transactional and h.producer_id < 0):
+                # Markers come from the transaction coordinator only (append_marker).
+                return E.INVALID_RECORD, -1, -1
         try:
             if all(h.producer_id < 0 for h in headers):
                 first, last = self.log.append_as_leader(data, self.leader_epoch)
@@ -226,6 +271,7 @@ class Partition:
                 first, last = self.log.append_as_leader(chunk, self.leader_epoch)
                 h.base_offset = first
                 self.producer_state.update(h, first)
+                self.txns.append(h)
                 self._on_leo_change()
             if base < 0:
                 base = first
@@ -241,6 +287,29 @@ class Partition:
         self.maybe_advance_hw()
         self.data_notifier.notify()
 
+    def append_marker(self, producer_id: int, producer_epoch: int, commit: bool,
+                      coordinator_epoch: int, min_isr: int, now_ms: int) -> tuple[int, int]:
+        """Write a transaction's COMMIT or ABORT marker as leader (the
+        coordinator's WriteTxnMarkers). Returns (error, required offset):
+        the HW that makes the marker, and so the transaction's end, durable."""
+        if not self.is_leader or self.fenced:
+            return E.NOT_LEADER_FOR_PARTITION, -1
+        if len(self.isr) < min_isr:
+            return E.NOT_ENOUGH_REPLICAS, -1
+        err = self.producer_state.check_marker(producer_id, producer_epoch)
+        if err != E.NONE:
+            return err, -1
+        data = control_batch(producer_id, producer_epoch, commit, coordinator_epoch, now_ms)
+        first, last = self.log.append_as_leader(data, self.leader_epoch)
+        h = self.log.batch_at(first)
+        self.producer_state.update_marker(h)
+        self.txns.append(h, commit)
+        log.info("%s-%d: %s marker of producer %d epoch %d at offset %d", self.topic,
+                 self.partition, "COMMIT" if commit else "ABORT", producer_id, producer_epoch,
+                 first)
+        self._on_leo_change()
+        return E.NONE, last + 1
+
     def append_as_follower(self, data) -> int:
         """Append fetched batches; returns how many offsets were added."""
         before = self.leo
@@ -250,6 +319,9 @@ class Partition:
                 if h.base_offset > last:
                     break
                 self.producer_state.update(h)
+                commit = (self._commit_of(data[h.position:h.position + h.size], h)
+                          if h.is_control else None)
+                self.txns.append(h, commit)
         return self.leo - before
 
     def update_follower_hw(self, leader_hw: int) -> None:
@@ -363,16 +435,20 @@ class Partition:
         return E.UNKNOWN_LEADER_EPOCH
 
     def read(self, fetch_offset: int, max_bytes: int, replica_id: int,
-             current_leader_epoch: int = -1) -> tuple[int, bytes]:
-        """(error, records) for a fetch. Consumers see below the HW only; an
-        offset between HW and LEO gives an empty set (docs/design.md#high-watermark);
-        below the log start or past the LEO is OFFSET_OUT_OF_RANGE."""
+             current_leader_epoch: int = -1, read_committed: bool = False) -> tuple[int, bytes]:
+        """(error, records) for a fetch. Consumers see below the HW only
+        (`read_committed` ones below the LSO); an offset between that and
+        the LEO gives an empty set (docs/design.md#high-watermark); below the
+        log start or past the LEO is OFFSET_OUT_OF_RANGE."""
         err = self.leader_epoch_error(current_leader_epoch)
         if err != E.NONE:
             return err, b""
         if not self.is_leader:
             return E.NOT_LEADER_FOR_PARTITION, b""
-        max_offset = None if replica_id >= 0 else self.hw
+        if replica_id >= 0:
+            max_offset = None
+        else:
+            max_offset = self.last_stable_offset if read_committed else self.hw
         try:
             return E.NONE, self.log.read(fetch_offset, max_bytes, max_offset)
         except OffsetOutOfRangeError:

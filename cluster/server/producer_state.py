@@ -85,6 +85,9 @@ class ProducerState:
         header's own when the batch came from the log or a leader)."""
         if h.producer_id < 0:
             return
+        if h.is_control:
+            self.update_marker(h)
+            return
         fo = h.base_offset if first_offset is None else first_offset
         p = self.producers.get(h.producer_id)
         if p is None or h.producer_epoch > p.epoch:
@@ -92,6 +95,21 @@ class ProducerState:
         elif h.producer_epoch < p.epoch:
             return
         p.batches.append((h.base_sequence, h.last_sequence, fo, fo + h.last_offset_delta))
+
+    def check_marker(self, producer_id: int, epoch: int) -> int:
+        """A transaction marker may be written at the producer's epoch or a
+        newer one (KIP-890's bump); an older one comes from a coordinator
+        that was fenced since (Kafka's appendEndTxnMarker)."""
+        p = self.producers.get(producer_id)
+        return E.INVALID_PRODUCER_EPOCH if p is not None and epoch < p.epoch else E.NONE
+
+    def update_marker(self, h: BatchHeader) -> None:
+        """Record an appended marker: a newer epoch starts a session with no
+        batches (its next batch starts at sequence 0); sequences go on after
+        a marker of the same epoch, as a transaction ends within a session."""
+        p = self.producers.get(h.producer_id)
+        if p is None or h.producer_epoch > p.epoch:
+            self.producers[h.producer_id] = _Producer(h.producer_epoch)
 
     def rebuild(self, headers: Iterable[BatchHeader]) -> None:
         self.producers.clear()

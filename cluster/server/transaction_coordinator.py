@@ -50,10 +50,11 @@ def append_error(code: int) -> int:
 
 
 class TransactionCoordinator:
-    def __init__(self, partitions: int, append: Append, send_markers: SendMarkers,
+    def __init__(self, partition_count: Callable[[], int], append: Append,
+                 send_markers: SendMarkers,
                  new_producer_id: Callable[[], int], clock_ms: Callable[[], int],
                  max_timeout_ms: int, bump_per_transaction: bool):
-        self.partitions = partitions
+        self.partition_count = partition_count   # of __transaction_state
         self.append = append
         self.send_markers = send_markers
         self.new_producer_id = new_producer_id
@@ -93,7 +94,7 @@ class TransactionCoordinator:
         self.loaded.pop(partition, None)
 
     def _here(self, tid: str) -> tuple[int, dict[str, TransactionMetadata] | None]:
-        p = partition_of(tid, self.partitions)
+        p = partition_of(tid, self.partition_count())
         if p in self.loading:
             return E.COORDINATOR_LOAD_IN_PROGRESS, None
         if p not in self.loaded:
@@ -104,7 +105,7 @@ class TransactionCoordinator:
 
     async def _write(self, tid: str, md: TransactionMetadata) -> int:
         """Append `md`, then (only then) cache it."""
-        p = partition_of(tid, self.partitions)
+        p = partition_of(tid, self.partition_count())
         err = append_error(await self.append(p, md))
         if err == E.NONE and p in self.loaded:
             self.loaded[p][tid] = md

@@ -201,6 +201,7 @@ class Markers(NamedTuple):
     producer_epoch: int
     commit: bool
     partitions: frozenset[TP]
+    transactional_id: str
 
 
 def markers(cur: TransactionMetadata) -> Markers:
@@ -208,4 +209,5 @@ def markers(cur: TransactionMetadata) -> Markers:
     if cur.state not in (S.PREPARE_COMMIT, S.PREPARE_ABORT):
         raise InvalidTransition(f"transactional id {cur.transactional_id!r}: "
                                 f"no markers to write in {cur.state.name}")
-    return Markers(cur.producer_id, cur.producer_epoch, cur.commit, cur.partitions)
+    return Markers(cur.producer_id, cur.producer_epoch, cur.commit, cur.partitions,
+                   cur.transactional_id)

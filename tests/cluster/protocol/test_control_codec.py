@@ -18,6 +18,8 @@ pstate = st.builds(c.PartitionState, text, i32, i32, i32, ids, i32, ids, text)
 endpoint = st.builds(c.BrokerEndpoint, i32, text, i32)
 tp = st.builds(c.TopicPartition, text, i32)
 perr = st.builds(c.PartitionError, text, i32, i16)
+marker = st.builds(c.TxnMarker, i64, i16, st.booleans(), st.lists(tp, max_size=3).map(tuple), i32)
+marker_result = st.builds(c.TxnMarkerResult, i64, st.lists(perr, max_size=3).map(tuple))
 
 requests = st.one_of(
     st.builds(c.LeaderAndIsrRequest, i32, i32, st.booleans(),
@@ -28,12 +30,14 @@ requests = st.one_of(
     st.builds(c.UpdateMetadataRequest, i32, i32, st.lists(pstate, max_size=4).map(tuple),
               st.lists(endpoint, max_size=3).map(tuple), i32, i64),
     st.builds(c.ControlledShutdownRequest, i32, i64),
+    st.builds(c.WriteTxnMarkersRequest, st.lists(marker, max_size=3).map(tuple)),
 )
 responses = st.one_of(
     st.builds(c.LeaderAndIsrResponse, i16, st.lists(perr, max_size=4).map(tuple)),
     st.builds(c.StopReplicaResponse, i16, st.lists(perr, max_size=4).map(tuple)),
     st.builds(c.UpdateMetadataResponse, i16),
     st.builds(c.ControlledShutdownResponse, i16, st.lists(tp, max_size=4).map(tuple)),
+    st.builds(c.WriteTxnMarkersResponse, st.lists(marker_result, max_size=3).map(tuple)),
 )
 
 

@@ -209,7 +209,7 @@ def test_followers_replicate_everything(cluster3):
     bytes as the leader: followers append the leader's batches unchanged."""
     from broker_cluster import wait_until
 
-    from cluster.server.offsets_topic import INTERNAL_TOPICS
+    from cluster.server.internal_topic import INTERNAL_TOPICS
     # The offsets topic is there too (a consumer's FindCoordinator created
     # it: docs/design.md#groups) but without replicas: nobody plays the
     # controller for it in this cluster.

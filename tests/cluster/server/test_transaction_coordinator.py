@@ -41,7 +41,8 @@ class Log:
 
 
 def _coordinator(log: Log, bump: bool = False, now=None) -> TransactionCoordinator:
-    c = TransactionCoordinator(PARTS, log.append, log.send, itertools.count(1000).__next__,
+    c = TransactionCoordinator(lambda: PARTS, log.append, log.send,
+                               itertools.count(1000).__next__,
                                now or (lambda: 0), 900_000, bump)
     c.begin_load(HOME)
     c.load(HOME, [])
@@ -146,7 +147,8 @@ def test_an_expired_transaction_is_aborted():
 
 def test_ids_elsewhere_or_loading_are_refused_and_a_load_takes_the_last_record():
     log = Log()
-    c = TransactionCoordinator(PARTS, log.append, log.send, itertools.count(1000).__next__,
+    c = TransactionCoordinator(lambda: PARTS, log.append, log.send,
+                               itertools.count(1000).__next__,
                                lambda: 0, 900_000, False)
 
     async def go():

@@ -38,7 +38,7 @@ def test_a_commit_then_an_abort_then_a_new_session():
     assert md.partitions == {T0, T1} and md.txn_start_ms == 10
     md = tm.end_txn(md, 1000, 0, True, 20, bump_per_transaction=False).write
     assert md.state is S.PREPARE_COMMIT
-    assert tm.markers(md) == tm.Markers(1000, 0, True, frozenset({T0, T1}))
+    assert tm.markers(md) == tm.Markers(1000, 0, True, frozenset({T0, T1}), "tx")
     md = tm.complete(md, 21)
     assert (md.state, md.partitions) == (S.COMPLETE_COMMIT, frozenset())
     md = tm.add_partitions(md, 1000, 0, {T1}, 30).write
@@ -56,7 +56,7 @@ def test_a_new_session_fences_the_ongoing_transaction_of_the_old_one():
     # fenced by the abort's markers, written with the next epoch.
     assert err == E.CONCURRENT_TRANSACTIONS
     assert (fenced.state, fenced.producer_epoch) == (S.PREPARE_ABORT, 1)
-    assert tm.markers(fenced) == tm.Markers(1000, 1, False, frozenset({T0, T1}))
+    assert tm.markers(fenced) == tm.Markers(1000, 1, False, frozenset({T0, T1}), "tx")
     assert _init(fenced, 101) == (E.CONCURRENT_TRANSACTIONS, None)
     assert tm.end_txn(fenced, 1000, 0, True, 102, False).error == E.PRODUCER_FENCED
     done = tm.complete(fenced, 103)

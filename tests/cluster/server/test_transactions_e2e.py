@@ -1,0 +1,96 @@
+"""Transactions against real brokers with their controller components
+(docs/design.md#transactions): confluent-kafka's transactional producer
+commits, aborts and commits; a `read_committed` consumer reads exactly the
+committed records, a `read_uncommitted` one all of them; a new session of
+the same transactional id fences the old one; the coordinator's broker
+killed, a new coordinator loads the id and fences a zombie."""
+from __future__ import annotations
+
+import confluent_kafka as ck
+import pytest
+
+from broker_cluster import wait_until
+from cluster import admin
+from cluster.server.transaction_log import TRANSACTION_STATE_TOPIC, partition_of
+
+CONFIG = {"chaoslog.controller.enable": True, "min.insync.replicas": 2,
+          "transaction.state.log.num.partitions": 4, "offsets.topic.num.partitions": 4}
+TOPIC = "tx-out"
+
+
+def _cluster(make_cluster):
+    c = make_cluster(3, **CONFIG)
+    wait_until(lambda: admin.controller_info(c.zk)["id"] > 0, 30, "a controller")
+    admin.create_topic(c.zk, TOPIC, 2, 3)
+    admin.wait_for_leaders(c.zk, TOPIC, 30)
+    return c
+
+
+def _producer(c, tid: str) -> ck.Producer:
+    p = ck.Producer({"bootstrap.servers": c.bootstrap, "transactional.id": tid,
+                     "transaction.timeout.ms": 60000, "linger.ms": 5})
+    p.init_transactions(60)
+    return p
+
+
+def _transaction(p: ck.Producer, values: list[str], commit: bool) -> None:
+    p.begin_transaction()
+    for i, v in enumerate(values):
+        p.produce(TOPIC, value=v.encode(), partition=i % 2)
+    if commit:
+        p.commit_transaction(60)
+    else:
+        p.flush(60)
+        p.abort_transaction(60)
+
+
+def _read(c, isolation: str, expect: int) -> list[str]:
+    cons = ck.Consumer({"bootstrap.servers": c.bootstrap, "group.id": f"reader-{isolation}",
+                        "isolation.level": isolation, "auto.offset.reset": "earliest",
+                        "enable.auto.commit": False})
+    cons.assign([ck.TopicPartition(TOPIC, 0, 0), ck.TopicPartition(TOPIC, 1, 0)])
+    got: list[str] = []
+
+    def more():
+        m = cons.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m.value().decode())
+        return len(got) >= expect
+    try:
+        wait_until(more, 60, f"{expect} records at {isolation}")
+        for _ in range(4):   # nothing more comes
+            m = cons.poll(0.5)
+            if m is not None and m.error() is None:
+                got.append(m.value().decode())
+    finally:
+        cons.close()
+    return sorted(got)
+
+
+def test_commit_abort_commit_reads_back_exactly_at_read_committed(make_cluster):
+    c = _cluster(make_cluster)
+    p = _producer(c, "tx-a")
+    _transaction(p, ["a1", "a2", "a3"], commit=True)
+    _transaction(p, ["b1", "b2", "b3"], commit=False)
+    _transaction(p, ["c1", "c2"], commit=True)
+    assert _read(c, "read_committed", 5) == ["a1", "a2", "a3", "c1", "c2"]
+    assert _read(c, "read_uncommitted", 8) == ["a1", "a2", "a3", "b1", "b2", "b3", "c1", "c2"]
+
+
+def test_a_zombie_is_fenced_also_after_its_coordinator_is_killed(make_cluster):
+    c = _cluster(make_cluster)
+    zombie = _producer(c, "tx-z")
+    _transaction(zombie, ["z1"], commit=True)
+    # The coordinator's broker dies; the next leader of its partition loads the id.
+    parts = admin.describe_topic(c.zk, TRANSACTION_STATE_TOPIC)["partitions"]
+    coordinator = next(p["leader"] for p in parts if p["partition"] == partition_of("tx-z", 4))
+    c.brokers[coordinator].kill()
+    successor = _producer(c, "tx-z")       # epoch + 1: fences the zombie
+    zombie.begin_transaction()
+    zombie.produce(TOPIC, value=b"zombie", partition=0)
+    with pytest.raises(ck.KafkaException) as e:
+        zombie.commit_transaction(30)
+    assert e.value.args[0].code() in (ck.KafkaError._FENCED, ck.KafkaError.PRODUCER_FENCED,
+                                      ck.KafkaError.INVALID_PRODUCER_EPOCH)
+    _transaction(successor, ["s1"], commit=True)
+    assert _read(c, "read_committed", 2) == ["s1", "z1"]
