@@ -279,7 +279,7 @@ TRANSACTION_KEYS = frozenset(api.TRANSACTION_APIS)
 
 
 def _transaction_request(rng: random.Random, key: int, t: str, p: int) -> dict[str, Any]:
-    """The fields of AddPartitionsToTxn, AddOffsetsToTxn or EndTxn
+    """The fields of AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit or EndTxn
     (docs/design.md#transactions), for ids of the fuzzer's own."""
     tid = rng.choice([f"fz-tx{rng.randint(0, 3)}", "", "x" * rng.randint(1, 300)])
     pid = rng.choice([-1, 0, 1, rng.randint(0, 2 ** 40)])
@@ -291,6 +291,9 @@ def _transaction_request(rng: random.Random, key: int, t: str, p: int) -> dict[s
     fields = {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch}
     if key == api.ADD_OFFSETS_TO_TXN:
         return {**fields, "group_id": _group(rng)}
+    if key == api.TXN_OFFSET_COMMIT:
+        return {**fields, "group_id": _group(rng),
+                "topics": [(t, [(p, _offset(rng), rng.choice([None, "", "m"]))])]}
     return {**fields, "committed": rng.random() < 0.5}
 
 

@@ -40,7 +40,8 @@ from kafka.protocol.metadata import (ApiVersionsRequest, ApiVersionsResponse,
 from kafka.protocol.producer import (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse,
                                      AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
                                      EndTxnRequest, EndTxnResponse, InitProducerIdRequest,
-                                     InitProducerIdResponse, ProduceRequest, ProduceResponse)
+                                     InitProducerIdResponse, ProduceRequest, ProduceResponse,
+                                     TxnOffsetCommitRequest, TxnOffsetCommitResponse)
 
 from cluster.protocol import control
 from cluster.protocol.frame import ProtocolError
@@ -71,6 +72,7 @@ ADD_PARTITIONS_TO_TXN = 24
 ADD_OFFSETS_TO_TXN = 25
 END_TXN = 26
 WRITE_TXN_MARKERS = control.WRITE_TXN_MARKERS
+TXN_OFFSET_COMMIT = 28
 DESCRIBE_CONFIGS = 32
 CREATE_PARTITIONS = 37
 
@@ -124,6 +126,7 @@ TRANSACTION_APIS: dict[int, tuple[int, int, type, type]] = {
     ADD_PARTITIONS_TO_TXN: (0, 1, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse),
     ADD_OFFSETS_TO_TXN: (0, 1, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
     END_TXN: (0, 1, EndTxnRequest, EndTxnResponse),
+    TXN_OFFSET_COMMIT: (0, 1, TxnOffsetCommitRequest, TxnOffsetCommitResponse),
 }
 
 # Every request a client may send, with its codec.
@@ -147,7 +150,8 @@ NAMES = {PRODUCE: "Produce", FETCH: "Fetch", LIST_OFFSETS: "ListOffsets", METADA
          JOIN_GROUP: "JoinGroup", HEARTBEAT: "Heartbeat", LEAVE_GROUP: "LeaveGroup",
          SYNC_GROUP: "SyncGroup", DESCRIBE_GROUPS: "DescribeGroups", LIST_GROUPS: "ListGroups",
          ADD_PARTITIONS_TO_TXN: "AddPartitionsToTxn", ADD_OFFSETS_TO_TXN: "AddOffsetsToTxn",
-         END_TXN: "EndTxn", WRITE_TXN_MARKERS: "WriteTxnMarkers"}
+         END_TXN: "EndTxn", WRITE_TXN_MARKERS: "WriteTxnMarkers",
+         TXN_OFFSET_COMMIT: "TxnOffsetCommit"}
 
 
 def is_supported(api_key: int, version: int) -> bool:

@@ -16,6 +16,8 @@ from kafka.protocol.admin import DescribeGroupsResponse, ListGroupsResponse
 from kafka.protocol.consumer import (HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse,
                                      OffsetCommitResponse, OffsetFetchResponse,
                                      SyncGroupResponse)
+from kafka.protocol.producer import TxnOffsetCommitResponse
+
 from cluster.protocol import errors as E
 from cluster.protocol.frame import RequestHeader
 from cluster.server.group_coordinator import GroupConfig, GroupCoordinator
@@ -128,6 +130,28 @@ class GroupApis:
             results.update(committed)
         topics = [(name, parts) for name, parts in _by_topic(results).items()]
         return self._with_throttle(OffsetCommitResponse, hdr.api_version, 3, topics=topics)
+
+    async def txn_offset_commit(self, hdr: RequestHeader, req: Any) -> TxnOffsetCommitResponse:
+        """v0-1: offsets committed in the producer's transaction."""
+        results: dict[tuple[str, int], int] = {}
+        offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+        for t in req.topics or []:
+            for pt in t.partitions or []:
+                tp = (t.name, pt.partition_index)
+                if self.metadata.partition(*tp) is None:
+                    results[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    results[tp] = E.NONE
+                    offsets[tp] = OffsetAndMetadata(pt.committed_offset,
+                                                    pt.committed_metadata or "")
+        if offsets:
+            fut = asyncio.get_running_loop().create_future()
+            self.coordinator.handle_txn_commit_offsets(req.group_id, req.producer_id,
+                                                       req.producer_epoch, offsets, _answer(fut))
+            (committed,) = await fut
+            results.update(committed)
+        return TxnOffsetCommitResponse(version=hdr.api_version, throttle_time_ms=0,
+                                       topics=list(_by_topic(results).items()))
 
     async def offset_fetch(self, hdr: RequestHeader, req: Any) -> OffsetFetchResponse:
         """v1-4: the listed partitions, or (v2+, topics null) all the group has."""

@@ -443,6 +443,27 @@ class GroupCoordinator:
         self._heartbeat_done(group, group.get(member_id))
         self.manager.store_offsets(group, offsets, callback)
 
+    def handle_txn_commit_offsets(self, group_id: str, producer_id: int, producer_epoch: int,
+                                  offsets: dict[tuple[str, int], OffsetAndMetadata],
+                                  callback: CommitCallback) -> None:
+        """TxnOffsetCommit (Kafka 2.0's): no member or generation to check;
+        the offsets wait for the transaction's end (docs/design.md#transactions)."""
+        err = self._validate(group_id, allow_empty=True)
+        if err == E.NONE:
+            group = self.manager.get_group(group_id) or self.manager.add_group(
+                GroupMetadata(group_id))
+            if not group.is_(S.DEAD):
+                return self.manager.store_txn_offsets(group, producer_id, producer_epoch,
+                                                      offsets, callback)
+            err = E.UNKNOWN_MEMBER_ID
+        callback({tp: err for tp in offsets})
+
+    def on_txn_marker(self, tp: tuple[str, int], producer_id: int, commit: bool) -> None:
+        """A transaction's marker is durable on `tp`: on an offsets
+        partition, the transaction's offsets there become committed or go."""
+        if tp[0] == GROUP_METADATA_TOPIC:
+            self.manager.complete_txn(tp[1], producer_id, commit)
+
     def handle_fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
                              ) -> tuple[int, dict[tuple[str, int], OffsetAndMetadata | None]]:
         """Offsets whatever the group's state: it may use Kafka for

@@ -110,10 +110,19 @@ class GroupMetadata:
         # A member joined during the initial delayed rebalance: wait a little more.
         self.new_member_added = False
         self.offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
+        # Offsets committed in a transaction, by producer id: they become
+        # the group's offsets when its COMMIT marker is written, and are
+        # dropped on ABORT (docs/design.md#transactions).
+        self.pending_txn_offsets: dict[int, dict[tuple[str, int], OffsetAndMetadata]] = {}
         self.join_timer: Any = None   # the coordinator's pending rebalance completion
         # That completion is the initial delay: it waits out its timer even
         # when every member has joined.
         self.initial_delay = False
+
+    def complete_txn_offsets(self, producer_id: int, commit: bool) -> None:
+        pending = self.pending_txn_offsets.pop(producer_id, None)
+        if pending and commit:
+            self.offsets.update(pending)
 
     # -- state ------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from typing import Callable
 
 from cluster.log.errors import OffsetOutOfRangeError
 from cluster.protocol import errors as E
+from cluster.protocol.control_records import ControlRecordError, read_marker
 from cluster.protocol.records import batch_headers
 from cluster.server.group_metadata import (GroupMetadata, GroupState, MemberMetadata,
                                            OffsetAndMetadata)
@@ -96,6 +97,8 @@ class OffsetsLoad:
         self.partition = partition
         self.offsets: dict[str, Offsets] = {}
         self.memberships: dict[str, GroupRecord] = {}
+        # Offsets committed in transactions not ended yet: producer id -> group -> offsets.
+        self.pending: dict[int, dict[str, Offsets]] = {}
         self.bad_records = 0
 
     def apply(self, data: bytes) -> int | None:
@@ -104,21 +107,39 @@ class OffsetsLoad:
         headers = batch_headers(data)
         if not headers:
             return None
-        for _offset, key, value in read_records(data, self._bad):
-            if isinstance(key, OffsetKey):
-                self._apply(key, value)
-            elif value is None:
-                self.memberships.pop(key.group, None)
-            else:
-                self.memberships[key.group] = value
+        for h in headers:
+            batch = data[h.position:h.position + h.size]
+            if h.is_control:
+                self._end_transaction(h, batch)
+                continue
+            pending = self.pending.setdefault(h.producer_id, {}) if h.is_transactional else None
+            for _offset, key, value in read_records(batch, self._bad):
+                if isinstance(key, OffsetKey):
+                    self._apply(self.offsets if pending is None else pending, key, value)
+                elif value is None:
+                    self.memberships.pop(key.group, None)
+                else:
+                    self.memberships[key.group] = value
         return headers[-1].next_offset
 
-    def _apply(self, key: OffsetKey, value: OffsetAndMetadata | None) -> None:
-        group = self.offsets.setdefault(key.group, {})
+    @staticmethod
+    def _apply(offsets: dict[str, Offsets], key: OffsetKey,
+               value: OffsetAndMetadata | None) -> None:
+        group = offsets.setdefault(key.group, {})
         if value is None:
             group.pop((key.topic, key.partition), None)
         else:
             group[(key.topic, key.partition)] = value
+
+    def _end_transaction(self, h, batch) -> None:
+        try:
+            commit = read_marker(bytes(batch)).commit
+        except ControlRecordError as e:
+            self._bad(h.base_offset, e)
+            commit = False
+        for group, offsets in self.pending.pop(h.producer_id, {}).items():
+            if commit:
+                self.offsets.setdefault(group, {}).update(offsets)
 
     def _bad(self, offset: int, error: Exception) -> None:
         self.bad_records += 1
@@ -139,6 +160,15 @@ class OffsetsLoad:
             group = GroupMetadata(gid) if record is None else group_of(gid, record)
             group.offsets.update(offsets.get(gid, {}))
             out.append(group)
+        # Transactions still open keep their offsets pending in their groups.
+        by_id = {g.group_id: g for g in out}
+        for pid, groups in self.pending.items():
+            for gid, pending in groups.items():
+                group = by_id.get(gid)
+                if group is None:
+                    group = by_id[gid] = GroupMetadata(gid)
+                    out.append(group)
+                group.pending_txn_offsets[pid] = dict(pending)
         return out
 
 
@@ -320,6 +350,42 @@ class GroupMetadataManager:
 
         self._append(group.group_id, commit_batch(group.group_id, valid, now), done)
 
+    def store_txn_offsets(self, group: GroupMetadata, producer_id: int, producer_epoch: int,
+                          offsets: Offsets, callback: CommitCallback) -> None:
+        """TxnOffsetCommit: the offsets appended as a transactional batch of
+        the producer; once the HW passed it they wait in the group for the
+        transaction's marker (complete_txn)."""
+        results = {tp: E.OFFSET_METADATA_TOO_LARGE for tp, om in offsets.items()
+                   if len(om.metadata) > self.max_metadata_bytes}
+        now = self.clock()
+        valid = {tp: dataclasses.replace(om, commit_timestamp=now)
+                 for tp, om in offsets.items() if tp not in results}
+        if not valid:
+            callback(results)
+            return
+
+        def done(append_error: int) -> None:
+            err = commit_error(append_error)
+            if err == E.NONE:
+                group.pending_txn_offsets.setdefault(producer_id, {}).update(valid)
+            callback({**results, **{tp: err for tp in valid}})
+
+        data = commit_batch(group.group_id, valid, now, (producer_id, producer_epoch))
+        p = self.partition_of((GROUP_METADATA_TOPIC, self.partition_for(group.group_id)))
+        if p is None or not p.is_leader:
+            done(E.NOT_LEADER_FOR_PARTITION)
+            return
+        err, required = p.append_txn_offsets(data, self.min_isr)
+        self._when_durable(p, err, required, done)
+
+    def complete_txn(self, partition: int, producer_id: int, commit: bool) -> None:
+        """The transaction's marker is written to offsets partition
+        `partition`: its offsets there become the groups' (commit) or are
+        dropped (abort)."""
+        for gid, group in self.groups.items():
+            if producer_id in group.pending_txn_offsets and self.partition_for(gid) == partition:
+                group.complete_txn_offsets(producer_id, commit)
+
     def store_group(self, group: GroupMetadata, assignments: dict[str, bytes],
                     callback: StoreCallback) -> None:
         """Append the group's membership at its current generation with
@@ -347,6 +413,11 @@ class GroupMetadataManager:
             return
         err, _, required = p.append_as_leader(data, batch_headers(data), -1, self.min_isr,
                                               self.max_message_bytes)
+        self._when_durable(p, err, required, done)
+
+    def _when_durable(self, p: Partition, err: int, required: int,
+                      done: Callable[[int], None]) -> None:
+        """Call `done` with an append's error once the HW passed it."""
         if err == E.NONE and p.hw < required:
             # Parked now, not in the task: a leadership change before the
             # task runs must still fail it.

@@ -79,7 +79,7 @@ class KafkaApis:
                                serves_admin=lambda: component is not None and component.serves_admin())
         self.groups = GroupApis(cfg, rm, metadata, zk)
         rm.add_leadership_listener(self.groups.coordinator.on_leadership_change)
-        self.txns = TransactionApis(cfg, rm, metadata, zk)
+        self.txns = TransactionApis(cfg, rm, metadata, zk, self.groups.coordinator.on_txn_marker)
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -140,7 +140,8 @@ class KafkaApis:
         """A transaction coordinator's markers for partitions led here."""
         async def run():
             resp = await write_markers(self.rm.partition, req.markers, self.rm.min_isr,
-                                       self.cfg["request.timeout.ms"] / 1000)
+                                       self.cfg["request.timeout.ms"] / 1000,
+                                       self.groups.coordinator.on_txn_marker)
             return control.encode_response(resp, hdr.correlation_id)
         return run()
 
@@ -559,7 +560,8 @@ class KafkaApis:
         serve = {api.INIT_PRODUCER_ID: self.txns.init_producer_id,
                  api.ADD_PARTITIONS_TO_TXN: self.txns.add_partitions_to_txn,
                  api.ADD_OFFSETS_TO_TXN: self.txns.add_offsets_to_txn,
-                 api.END_TXN: self.txns.end_txn}[hdr.api_key]
+                 api.END_TXN: self.txns.end_txn,
+                 api.TXN_OFFSET_COMMIT: self.groups.txn_offset_commit}[hdr.api_key]
 
         async def run():
             return self._respond(hdr, await serve(hdr, req))
@@ -596,6 +598,6 @@ class KafkaApis:
         **dict.fromkeys((api.JOIN_GROUP, api.SYNC_GROUP, api.HEARTBEAT, api.LEAVE_GROUP,
                          api.OFFSET_COMMIT, api.OFFSET_FETCH, api.LIST_GROUPS,
                          api.DESCRIBE_GROUPS), _group),
-        **dict.fromkeys((api.ADD_PARTITIONS_TO_TXN, api.ADD_OFFSETS_TO_TXN, api.END_TXN),
-                        _transaction),
+        **dict.fromkeys((api.ADD_PARTITIONS_TO_TXN, api.ADD_OFFSETS_TO_TXN, api.END_TXN,
+                         api.TXN_OFFSET_COMMIT), _transaction),
     }

@@ -244,10 +244,14 @@ def decode_offset_value(data: bytes) -> OffsetAndMetadata:
 
 # -- batches --------------------------------------------------------------------------------------
 
-def _batch(records: list[tuple[bytes, bytes | None]], timestamp_ms: int) -> bytes:
-    """One uncompressed v2 batch of (key, value) records."""
-    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
-                                  producer_id=-1, producer_epoch=-1, base_sequence=-1,
+def _batch(records: list[tuple[bytes, bytes | None]], timestamp_ms: int,
+           producer: tuple[int, int] | None = None) -> bytes:
+    """One uncompressed v2 batch of (key, value) records; transactional,
+    of that (producer id, epoch), when `producer` is given."""
+    pid, epoch = producer or (-1, -1)
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=0,
+                                  is_transactional=producer is not None, producer_id=pid,
+                                  producer_epoch=epoch, base_sequence=-1,
                                   batch_size=_BATCH_BYTES)
     for i, (key, value) in enumerate(records):
         b.append(i, timestamp=timestamp_ms, key=key, value=value, headers=[])
@@ -255,10 +259,11 @@ def _batch(records: list[tuple[bytes, bytes | None]], timestamp_ms: int) -> byte
 
 
 def commit_batch(group: str, offsets: dict[tuple[str, int], OffsetAndMetadata],
-                 timestamp_ms: int) -> bytes:
-    """One batch with a record per committed partition."""
+                 timestamp_ms: int, producer: tuple[int, int] | None = None) -> bytes:
+    """One batch with a record per committed partition; a transaction's
+    (TxnOffsetCommit) is transactional, of its producer."""
     return _batch([(encode_offset_key(group, topic, partition), encode_offset_value(om))
-                   for (topic, partition), om in offsets.items()], timestamp_ms)
+                   for (topic, partition), om in offsets.items()], timestamp_ms, producer)
 
 
 def group_batch(group: str, record: GroupRecord, timestamp_ms: int) -> bytes:

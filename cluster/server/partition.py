@@ -244,6 +244,26 @@ class Partition:
             log.warning("%s-%d: corrupt produce batch: %s", self.topic, self.partition, e)
             return E.CORRUPT_MESSAGE, -1, -1
 
+    def append_txn_offsets(self, data: bytes, min_isr: int) -> tuple[int, int]:
+        """The group coordinator's batch of offsets committed in a
+        transaction (TxnOffsetCommit): transactional, of the producer, with
+        no sequence (Kafka's coordinator-origin append: the epoch is
+        checked, sequences are not). Returns (error, required offset)."""
+        if not self.is_leader or self.fenced:
+            return E.NOT_LEADER_FOR_PARTITION, -1
+        if len(self.isr) < min_isr:
+            return E.NOT_ENOUGH_REPLICAS, -1
+        [h] = batch_headers(data)
+        err = self.producer_state.check_marker(h.producer_id, h.producer_epoch)
+        if err != E.NONE:
+            return err, -1
+        first, last = self.log.append_as_leader(data, self.leader_epoch)
+        h.base_offset = first
+        self.producer_state.update_marker(h)
+        self.txns.append(h)
+        self._on_leo_change()
+        return E.NONE, last + 1
+
     def _append_idempotent(self, data: bytes, headers: list[BatchHeader]) -> tuple[int, int, int]:
         # One batch at a time, so that a duplicate in the middle of a request
         # is skipped and the state check of each batch sees the ones before.

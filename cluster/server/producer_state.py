@@ -85,7 +85,8 @@ class ProducerState:
         header's own when the batch came from the log or a leader)."""
         if h.producer_id < 0:
             return
-        if h.is_control:
+        if h.is_control or h.base_sequence < 0:
+            # A marker, or a coordinator's batch (offsets committed in a transaction).
             self.update_marker(h)
             return
         fo = h.base_offset if first_offset is None else first_offset

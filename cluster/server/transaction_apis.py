@@ -35,7 +35,7 @@ from cluster.server.transaction_coordinator import TransactionCoordinator
 from cluster.server.transaction_log import (TRANSACTION_STATE_TOPIC, TransactionLogError,
                                             encode_key, encode_value)
 from cluster.server.transaction_metadata import Markers, TransactionMetadata
-from cluster.server.txn_markers import write_markers
+from cluster.server.txn_markers import OnMarker, write_markers
 
 log = logging.getLogger(__name__)
 
@@ -67,11 +67,14 @@ class ProducerIds:
 class TransactionApis:
     """Handed the broker's config, its replica manager (the transaction
     log's partitions and the markers' partitions led here), its metadata
-    cache (who leads what) and its ZooKeeper client (producer ids, the
-    topic's creation)."""
+    cache (who leads what), its ZooKeeper client (producer ids, the
+    topic's creation), and whom to tell of a marker written here (the group
+    coordinator: offsets committed in the transaction)."""
 
-    def __init__(self, cfg: Any, rm: Any, metadata: MetadataCache, zk: Any):
+    def __init__(self, cfg: Any, rm: Any, metadata: MetadataCache, zk: Any,
+                 on_marker: OnMarker):
         self.cfg = cfg
+        self.on_marker = on_marker
         self.rm = rm
         self.metadata = metadata
         self.broker_id = cfg.broker_id
@@ -199,7 +202,7 @@ class TransactionApis:
         req = control.WriteTxnMarkersRequest((marker,))
         if leader == self.broker_id:
             resp = await write_markers(self.rm.partition, req.markers, self.rm.min_isr,
-                                       self.timeout_s)
+                                       self.timeout_s, self.on_marker)
         else:
             try:
                 resp = await self._remote(leader, req)

@@ -317,6 +317,46 @@ def test_commit_is_appended_then_cached_and_survives_a_reload(tmp_path):
     run(body, tmp_path)
 
 
+def test_offsets_committed_in_a_transaction_show_only_once_it_commits(tmp_path):
+    """TxnOffsetCommit: pending until the COMMIT marker; dropped on ABORT;
+    a reload between the commit and the marker keeps them pending."""
+    async def body(env: Env):
+        def txn_commit(pid, offset):
+            got = []
+            env.gc.handle_txn_commit_offsets("g", pid, 0, {("t", 0): OffsetAndMetadata(offset)},
+                                             got.append)
+            return got
+
+        def committed():
+            return env.gc.handle_fetch_offsets("g", [("t", 0)])[1][("t", 0)]
+
+        assert txn_commit(7, 5) == [{("t", 0): E.NONE}]
+        assert committed() is None
+        assert env.p.append_marker(7, 0, False, 0, 1, 2000)[0] == E.NONE
+        env.gc.on_txn_marker((GROUP_METADATA_TOPIC, 0), 7, False)
+        assert committed() is None
+        assert txn_commit(7, 9) == [{("t", 0): E.NONE}]
+        # Leadership moves away and back before the marker: still pending after the load.
+        env.gc.on_leadership_change(env.p, False)
+        env.gc.on_leadership_change(env.p, True)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert env.manager.get_group("g").pending_txn_offsets == {
+            7: {("t", 0): OffsetAndMetadata(9, "", 1000)}}
+        assert committed() is None
+        env.p.append_marker(7, 0, True, 0, 1, 2000)
+        env.gc.on_txn_marker((GROUP_METADATA_TOPIC, 0), 7, True)
+        assert committed().offset == 9
+        # And from the log: COMMIT read at load.
+        env.gc.on_leadership_change(env.p, False)
+        env.gc.on_leadership_change(env.p, True)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert committed().offset == 9
+        assert env.manager.get_group("g").pending_txn_offsets == {}
+    run(body, tmp_path)
+
+
 def test_commit_waits_for_the_high_watermark(tmp_path):
     async def body(env: Env):
         got = env.commit("g", "", -1, {("t", 0): OffsetAndMetadata(3)})

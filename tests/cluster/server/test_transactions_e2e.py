@@ -94,3 +94,51 @@ def test_a_zombie_is_fenced_also_after_its_coordinator_is_killed(make_cluster):
                                       ck.KafkaError.INVALID_PRODUCER_EPOCH)
     _transaction(successor, ["s1"], commit=True)
     assert _read(c, "read_committed", 2) == ["s1", "z1"]
+
+
+def test_consume_transform_produce_is_exact_with_offsets_in_the_transaction(make_cluster):
+    """Inputs read in a group, each transformed into one output in a
+    transaction that also commits the group's offsets; one transaction is
+    aborted and its inputs read again from the offsets committed before.
+    The offsets show once the COMMIT marker is written, which follows
+    EndTxn's answer (Kafka 2.0 has no UNSTABLE_OFFSET_COMMIT): waited for."""
+    c = _cluster(make_cluster)
+    admin.create_topic(c.zk, "tx-in", 1, 3)
+    admin.wait_for_leaders(c.zk, "tx-in", 30)
+    plain = ck.Producer({"bootstrap.servers": c.bootstrap, "acks": "all"})
+    for i in range(12):
+        plain.produce("tx-in", value=f"in-{i}".encode(), partition=0)
+    assert plain.flush(30) == 0
+    cons = ck.Consumer({"bootstrap.servers": c.bootstrap, "group.id": "ctp",
+                        "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                        "isolation.level": "read_committed"})
+    tp = ck.TopicPartition("tx-in", 0)
+    cons.assign([tp])
+    p = _producer(c, "tx-ctp")
+
+    def committed() -> int:
+        return cons.committed([tp], 30)[0].offset
+
+    rounds = done = 0
+    try:
+        while done < 12:
+            msgs = [m for m in cons.consume(4, 5) if m.error() is None]
+            assert msgs, "no input came"
+            p.begin_transaction()
+            for m in msgs:
+                p.produce(TOPIC, value=m.value().replace(b"in-", b"out-"), partition=0)
+            p.send_offsets_to_transaction(cons.position([tp]), cons.consumer_group_metadata(),
+                                          30)
+            rounds += 1
+            if rounds == 2:   # this one aborts: its inputs come again
+                p.abort_transaction(30)
+                assert committed() == done
+                cons.seek(ck.TopicPartition("tx-in", 0, done))
+                continue
+            p.commit_transaction(30)
+            done += len(msgs)
+            wait_until(lambda: committed() == done, 30, f"offset {done} committed")
+    finally:
+        cons.close()
+    assert rounds >= 4   # one aborted
+    assert _read(c, "read_committed", 12) == sorted(f"out-{i}" for i in range(12))
