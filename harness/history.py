@@ -29,16 +29,18 @@ from reports.groups import GROUPS_FILE
 FORMAT = 1
 NEMESIS_PROCESS = -1
 TYPES = ("invoke", "ok", "fail", "info")
-FUNCTIONS = ("send", "poll", "nemesis")
+FUNCTIONS = ("send", "poll", "txn", "nemesis")
 
 # Field order on disk: the fixed head, then the optional fields.
 _HEAD = ("index", "time", "process", "op", "type", "f")
 _OPTIONAL = ("topic", "partition", "value", "offset", "records", "high_watermark",
              "final", "error", "node", "fault", "phase", "targets", "detail",
-             "log_start_offset", "group")  # (docs/history-format.md, "Extensions")
+             "log_start_offset", "group",    # (docs/history-format.md, "Extensions")
+             "txn", "intent", "isolation", "source")   # ("Transactions")
 _ALLOWED = frozenset(_HEAD + _OPTIONAL)
 # Carried from an invocation onto its completion when the completion omits them.
-_INHERITED = ("topic", "partition", "value", "final", "node", "group")
+_INHERITED = ("topic", "partition", "value", "final", "node", "group", "txn", "intent",
+              "isolation")
 
 
 class HistoryError(RuntimeError):
@@ -128,8 +130,8 @@ class HistoryRecorder:
     # -- client ops ---------------------------------------------------------
     def invoke(self, actor: Hashable, f: str, **fields: Any) -> int:
         """Record an invocation; returns its op id."""
-        if f not in ("send", "poll"):
-            raise HistoryError(f"client ops are send or poll, not {f!r}")
+        if f not in ("send", "poll", "txn"):
+            raise HistoryError(f"client ops are send, poll or txn, not {f!r}")
         with self._lock:
             process = self._process_of(actor)
             if actor in self._busy:

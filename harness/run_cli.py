@@ -185,6 +185,11 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--commit", choices=COMMIT_MODES, default="manual",
                    help="with --sub-via subscribe: commit after each poll (manual), the client's "
                         "auto-commit (auto), or never (none)")
+    g.add_argument("--transactions", action="store_true",
+                   help="producers write in transactions (confluent), consumers and final reads "
+                        "read at read_committed (docs/history-format.md, Transactions)")
+    g.add_argument("--abort-ratio", type=float, default=0.2,
+                   help="with --transactions: the share of transactions aborted on purpose")
     g.add_argument("--crash-clients", type=float, default=0.0, metavar="SECONDS",
                    help="kill a client process about this often and start a new one (0: never)")
     g = p.add_argument_group("faults")
@@ -319,7 +324,8 @@ def spec_of_options(a: argparse.Namespace) -> RunSpec:
                                 mix=mix_of([k.strip() for k in a.mix.split(",") if k.strip()],
                                            producer),
                                 fetchers=a.fetchers, crash_every_s=a.crash_clients,
-                                sub_via=a.sub_via, commit=a.commit)
+                                sub_via=a.sub_via, commit=a.commit,
+                                transactions=a.transactions, abort_ratio=a.abort_ratio)
     except ValueError as e:
         raise Refused(str(e)) from None
     schedule = replay or Draw(faults=[f for f in a.faults.split(",") if f.strip()], seed=a.seed,

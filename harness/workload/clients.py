@@ -123,15 +123,18 @@ class ConfluentProducer:
 
 
 class ConfluentConsumer:
-    def __init__(self, bootstrap: str, topic: str, partition: int, client_id: str):
+    def __init__(self, bootstrap: str, topic: str, partition: int, client_id: str,
+                 read_committed: bool = False):
         from confluent_kafka import Consumer, TopicPartition
         self.topic, self.partition = topic, partition
+        self.read_committed = read_committed
         self.c = Consumer({
             "bootstrap.servers": bootstrap, "client.id": client_id,
             "group.id": f"chaoslog-{client_id}",  # required, never used: we assign
             "enable.auto.commit": False, "auto.offset.reset": "error",
             "enable.partition.eof": False, "fetch.wait.max.ms": 100,
             "topic.metadata.refresh.interval.ms": 2000, "log_level": 3,
+            "isolation.level": "read_committed" if read_committed else "read_uncommitted",
         })
         self._tp = TopicPartition
         self.position: int | None = None
@@ -174,6 +177,8 @@ class ConfluentConsumer:
                 records.append([int(m.offset()), int(m.value())])
         if records:
             self.position = records[-1][0] + 1
+        if self.read_committed:
+            _follow(self, self.c.position([self._tp(self.topic, self.partition)])[0].offset)
         if not records and errors:
             if "_AUTO_OFFSET_RESET" in errors or "OFFSET_OUT_OF_RANGE" in errors:
                 return "fail", {"error": "OFFSET_OUT_OF_RANGE"}
@@ -183,6 +188,14 @@ class ConfluentConsumer:
 
     def close(self) -> None:
         self.c.close()
+
+
+def _follow(consumer: Any, library_position: int | None) -> None:
+    """At read_committed the library's position passes what it returns no
+    record for (markers, aborted records): the next poll starts there."""
+    if library_position is not None and library_position >= 0 and (
+            consumer.position is None or library_position > consumer.position):
+        consumer.position = int(library_position)
 
 
 # -- kafka-python ----------------------------------------------------------------------
@@ -246,13 +259,17 @@ def _error_outcome(e: BaseException, retries: int) -> tuple[str, dict[str, Any]]
 
 
 class KafkaPythonConsumer:
-    def __init__(self, bootstrap: str, topic: str, partition: int, client_id: str):
+    def __init__(self, bootstrap: str, topic: str, partition: int, client_id: str,
+                 read_committed: bool = False):
         from kafka import KafkaConsumer, TopicPartition
         self.topic, self.partition = topic, partition
+        self.read_committed = read_committed
         self.tp = TopicPartition(topic, partition)
         self.c = KafkaConsumer(bootstrap_servers=bootstrap.split(","), client_id=client_id,
                                group_id=None, enable_auto_commit=False, auto_offset_reset="none",
-                               fetch_max_wait_ms=100, metadata_max_age_ms=2000)
+                               fetch_max_wait_ms=100, metadata_max_age_ms=2000,
+                               isolation_level="read_committed" if read_committed
+                               else "read_uncommitted")
         self.c.assign([self.tp])
         self.position: int | None = None
         self.last_error: str | None = None  # why the last watermarks() gave None
@@ -284,6 +301,8 @@ class KafkaPythonConsumer:
         records = [[int(r.offset), int(r.value)] for r in batch.get(self.tp, [])]
         if records:
             self.position = records[-1][0] + 1
+        if self.read_committed:
+            _follow(self, self.c.position(self.tp))
         hi = self.c.highwater(self.tp)
         if hi is None:
             wm = self.watermarks(cached=False, timeout=2.0)
@@ -362,16 +381,20 @@ class AiokafkaConsumer:
     """One partition, assigned, read by aiokafka on an event loop of its own
     that runs only inside this adapter's calls."""
 
-    def __init__(self, bootstrap: str, topic: str, partition: int, client_id: str):
+    def __init__(self, bootstrap: str, topic: str, partition: int, client_id: str,
+                 read_committed: bool = False):
         from aiokafka import AIOKafkaConsumer, TopicPartition
         self.topic, self.partition = topic, partition
+        self.read_committed = read_committed
         self.tp = TopicPartition(topic, partition)
         self.loop = asyncio.new_event_loop()
 
         async def start() -> Any:
             c = AIOKafkaConsumer(bootstrap_servers=bootstrap, client_id=client_id, group_id=None,
                                  enable_auto_commit=False, auto_offset_reset="none",
-                                 fetch_max_wait_ms=100, metadata_max_age_ms=2000)
+                                 fetch_max_wait_ms=100, metadata_max_age_ms=2000,
+                                 isolation_level="read_committed" if read_committed
+                                 else "read_uncommitted")
             await c.start()
             c.assign([self.tp])
             return c
@@ -407,6 +430,8 @@ class AiokafkaConsumer:
         records = [[int(r.offset), int(r.value)] for r in batch.get(self.tp, [])]
         if records:
             self.position = records[-1][0] + 1
+        if self.read_committed:
+            _follow(self, self.loop.run_until_complete(self.c.position(self.tp)))
         hi = self.c.highwater(self.tp)
         if hi is None:
             wm = self.watermarks(cached=False, timeout=2.0)
@@ -430,16 +455,20 @@ def make_producer(client: str, bootstrap: str, s: ProducerSettings, client_id: s
     raise ValueError(f"unknown client {client!r}: {', '.join(CLIENTS)}")
 
 
-def make_consumer(client: str, bootstrap: str, topic: str, partition: int, client_id: str) -> Any:
-    """A consumer of `client`; "raw" is the harness's own fetcher (RawFetcher)."""
+def make_consumer(client: str, bootstrap: str, topic: str, partition: int, client_id: str,
+                  read_committed: bool = False) -> Any:
+    """A consumer of `client`; "raw" is the harness's own fetcher (RawFetcher),
+    which reads uncommitted only."""
     if client == "raw":
+        if read_committed:
+            raise ValueError("the raw fetcher reads at read_uncommitted only")
         return RawFetcher(bootstrap, topic, partition, client_id)
     if client == "confluent":
-        return ConfluentConsumer(bootstrap, topic, partition, client_id)
+        return ConfluentConsumer(bootstrap, topic, partition, client_id, read_committed)
     if client == "kafka-python":
-        return KafkaPythonConsumer(bootstrap, topic, partition, client_id)
+        return KafkaPythonConsumer(bootstrap, topic, partition, client_id, read_committed)
     if client == "aiokafka":
-        return AiokafkaConsumer(bootstrap, topic, partition, client_id)
+        return AiokafkaConsumer(bootstrap, topic, partition, client_id, read_committed)
     raise ValueError(f"unknown client {client!r}: {', '.join(CLIENTS)}")
 
 

@@ -42,6 +42,10 @@ class WorkloadSpec:
     crash_every_s: float = 0.0                 # kill a client worker this often, start a new one
     sub_via: str = "assign"                    # consumers: assign partitions, or subscribe in a group
     commit: str = "manual"                     # group members: auto, manual or none
+    # Producers send in transactions (confluent); consumers and final reads
+    # read at read_committed (docs/history-format.md, "Transactions").
+    transactions: bool = False
+    abort_ratio: float = 0.2                   # transactions aborted on purpose
 
     def __post_init__(self) -> None:
         if self.client not in CLIENTS:
@@ -53,6 +57,11 @@ class WorkloadSpec:
         if self.sub_via == "subscribe" and self.commit not in GROUP_CLIENTS.get(self.client, ()):
             raise ValueError(f"--sub-via subscribe with --client {self.client} commits "
                              f"{' or '.join(GROUP_CLIENTS.get(self.client, ()))}, not {self.commit}")
+        if self.transactions and (self.client != "confluent" or self.sub_via != "assign"):
+            raise ValueError("transactions are written by confluent's producer, read by "
+                             "assigned consumers (--client confluent, --sub-via assign)")
+        if not 0 <= self.abort_ratio <= 1:
+            raise ValueError(f"abort_ratio is a share between 0 and 1, not {self.abort_ratio}")
         if not self.topics or any(n < 1 for n in self.topics.values()):
             raise ValueError("a workload needs at least one topic with at least one partition")
 
@@ -268,8 +277,10 @@ class Workload:
                 "--max-in-flight", str(s.max_in_flight),
                 "--request-timeout-ms", str(s.request_timeout_ms),
                 "--delivery-timeout-ms", str(s.delivery_timeout_ms),
-                *(["--idempotent"] if s.idempotent else [])],
-                {"role": "producer", "client": self.spec.client, **asdict(s)})
+                *(["--idempotent"] if s.idempotent else []), *self._transactional()],
+                {"role": "producer", "client": self.spec.client, **asdict(s),
+                 **({"transactional": True, "idempotent": True} if self.spec.transactions
+                    else {})})
         for kind, client, n in (("consumer", self.spec.client, self.spec.consumers),
                                 ("fetcher", "raw", self.spec.fetchers)):
             for i in range(n):
@@ -280,6 +291,8 @@ class Workload:
                     extra = ["--group", group, "--commit", self.spec.commit] if group else []
                     settings = {"role": kind, "client": client,
                                 **({"group": group, "commit": self.spec.commit} if group else {})}
+                    if kind == "consumer":
+                        extra += self._isolation()
                     self._spawn(kind, "consumer", client, [
                         *common, "--partitions", ",".join(mine),
                         "--rate", str(self.spec.poll_rate), *extra], settings)
@@ -288,6 +301,14 @@ class Workload:
                                              daemon=True)
             self._crasher.start()
         return self
+
+    def _transactional(self) -> list[str]:
+        if not self.spec.transactions:
+            return []
+        return ["--transactions", "--abort-ratio", str(self.spec.abort_ratio)]
+
+    def _isolation(self) -> list[str]:
+        return ["--isolation", "read_committed"] if self.spec.transactions else []
 
     def _replace_if_fatal(self, stream: _Stream, code: int | None) -> None:
         """A producer that stopped at an error its client cannot recover from
@@ -373,7 +394,8 @@ class Workload:
             ends = ",".join(f"{t}/{p}={(min_end or {}).get((t, p), 0)}" for t, p in mine)
             streams.append(self._spawn("final", "final", self.spec.client, [
                 "--partitions", ",".join(f"{t}/{p}" for t, p in mine), "--timeout", str(timeout),
-                "--settle-s", str(settle_s), "--min-end", ends], on_status=on_status))
+                "--settle-s", str(settle_s), "--min-end", ends, *self._isolation()],
+                on_status=on_status))
         for s in streams:
             s.thread.join(timeout + 30)
             if s.thread.is_alive():

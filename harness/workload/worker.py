@@ -3,6 +3,8 @@
 Roles:
   producer  K logical processes ("slots") each with at most one send in
             flight, sharing one client; values are worker_id * 10^9 + n.
+            With --transactions, each transaction sends one value per slot,
+            then commits or aborts (harness/workload/transactions.py).
   consumer  one logical process per assigned partition, polling in turn;
             with --group, a member of that consumer group instead
             (harness/workload/group.py): subscribed to --partitions' topics.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import signal
 import sys
 import threading
@@ -32,10 +35,12 @@ import time
 from typing import Any
 
 from contracts.deadline import Deadline, wait_until
+from harness.workload import transactions
 from harness.workload.clients import EXIT_FATAL, ProducerSettings, make_consumer, make_producer
 from harness.workload.group import COMMIT_MODES
 
 VALUE_STRIDE = 10**9
+READ_COMMITTED = "read_committed"
 
 
 class Out:
@@ -121,7 +126,32 @@ def parse_min_end(text: str) -> dict[tuple[str, int], int]:
 
 # -- producer -----------------------------------------------------------------------
 
+def run_transactions(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
+    if a.client != "confluent":
+        raise SystemExit(f"--transactions: the transactional producer is confluent's, "
+                         f"not {a.client}")
+    producer = transactions.ConfluentTransactions(
+        a.bootstrap, f"chaoslog-tx-w{a.worker_id}", f"chaoslog-w{a.worker_id}",
+        a.transaction_timeout_ms, a.delivery_timeout_ms / 1000)
+    limiter = RateLimiter(a.rate)
+
+    def pace() -> None:
+        while not limiter.ready():
+            time.sleep(min(0.05, limiter.wait_s()))
+    try:
+        return transactions.run(producer, parse_partitions(a.partitions), a.slots, a.worker_id,
+                                VALUE_STRIDE, a.abort_ratio, out.emit, stop.stopped,
+                                random.Random(a.worker_id), pace)
+    finally:
+        try:
+            producer.close(1.0)
+        except Exception as e:  # noqa: BLE001
+            out.log(f"closing the transactional producer: {e!r}")
+
+
 def run_producer(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
+    if a.transactions:
+        return run_transactions(a, out, stop)
     settings = ProducerSettings(acks=a.acks, retries=a.retries, idempotent=a.idempotent,
                                 max_in_flight=a.max_in_flight,
                                 request_timeout_ms=a.request_timeout_ms,
@@ -229,8 +259,10 @@ def run_consumer(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
     if a.group:
         return run_member(a, out, stop)
     parts = parse_partitions(a.partitions)
-    consumers = [make_consumer(a.client, a.bootstrap, t, p, f"chaoslog-w{a.worker_id}-{i}")
+    consumers = [make_consumer(a.client, a.bootstrap, t, p, f"chaoslog-w{a.worker_id}-{i}",
+                               a.isolation == READ_COMMITTED)
                  for i, (t, p) in enumerate(parts)]
+    isolation = _isolation(a)
     for c in consumers:
         c.seek(_start_offset(c, a.from_beginning))
     limiter = RateLimiter(a.rate)
@@ -243,12 +275,12 @@ def run_consumer(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
                 time.sleep(min(0.05, limiter.wait_s()))
             seq += 1
             out.emit(type="invoke", slot=slot, seq=seq, f="poll", topic=c.topic,
-                     partition=c.partition, offset=c.position)
+                     partition=c.partition, offset=c.position, **isolation)
             try:
                 t, fields = c.poll(a.max_records, a.poll_timeout)
             except Exception as e:  # noqa: BLE001 - unknown outcome; keep going
                 t, fields = "info", {"error": f"client-error: {type(e).__name__}"}
-            out.emit(type=t, slot=slot, seq=seq, **fields)
+            out.emit(type=t, slot=slot, seq=seq, **isolation, **fields)
             if fields.get("error") == "OFFSET_OUT_OF_RANGE":
                 _reposition(c, out)
     for c in consumers:
@@ -264,9 +296,11 @@ def run_final(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
     parts = parse_partitions(a.partitions)
     min_end = parse_min_end(a.min_end)
     deadline = Deadline(a.timeout)
+    isolation = _isolation(a)
     seq = 0
     for slot, (topic, partition) in enumerate(parts):
-        c = make_consumer(a.client, a.bootstrap, topic, partition, f"chaoslog-final-{a.worker_id}-{slot}")
+        c = make_consumer(a.client, a.bootstrap, topic, partition,
+                          f"chaoslog-final-{a.worker_id}-{slot}", a.isolation == READ_COMMITTED)
         wm = None
         while wm is None and not deadline.expired() and not stop.stopped():
             wm = c.watermarks(cached=False)
@@ -283,7 +317,7 @@ def run_final(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
         while not deadline.expired() and not stop.stopped():
             seq += 1
             out.emit(type="invoke", slot=slot, seq=seq, f="poll", topic=topic, partition=partition,
-                     offset=c.position, final=True)
+                     offset=c.position, final=True, **isolation)
             try:
                 t, fields = c.poll(a.max_records, a.poll_timeout)
             except Exception as e:  # noqa: BLE001
@@ -291,7 +325,7 @@ def run_final(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
             if t == "ok" and fields.get("high_watermark") is None:
                 wm2 = c.watermarks(cached=False)
                 fields["high_watermark"] = wm2[1] if wm2 else None
-            out.emit(type=t, slot=slot, seq=seq, final=True, **fields)
+            out.emit(type=t, slot=slot, seq=seq, final=True, **isolation, **fields)
             if fields.get("error") == "OFFSET_OUT_OF_RANGE":
                 _reposition(c, out)
                 continue
@@ -318,6 +352,12 @@ def run_final(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
     return 0
 
 
+def _isolation(a: argparse.Namespace) -> dict[str, str]:
+    """The `isolation` field of a poll event: written only at read_committed
+    (absent means read_uncommitted: docs/history-format.md)."""
+    return {"isolation": READ_COMMITTED} if a.isolation == READ_COMMITTED else {}
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m harness.workload.worker",
                                 description="chaoslog workload worker (JSON lines on stdout)")
@@ -340,10 +380,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-in-flight", type=int, default=1)
     p.add_argument("--request-timeout-ms", type=int, default=5000)
     p.add_argument("--delivery-timeout-ms", type=int, default=15000)
+    p.add_argument("--transactions", action="store_true",
+                   help="send in transactions (confluent only): one value per slot each")
+    p.add_argument("--abort-ratio", type=float, default=0.2,
+                   help="with --transactions: the share of transactions aborted on purpose")
+    p.add_argument("--transaction-timeout-ms", type=int, default=10000)
     # consumers
     p.add_argument("--poll-timeout", type=float, default=0.2)
     p.add_argument("--max-records", type=int, default=500)
     p.add_argument("--from-beginning", action="store_true")
+    p.add_argument("--isolation", default="read_uncommitted",
+                   choices=("read_uncommitted", READ_COMMITTED))
     p.add_argument("--group", default="", help="join this consumer group (subscribe) instead of assigning")
     p.add_argument("--commit", default="manual", choices=COMMIT_MODES,
                    help="with --group: how the member commits")

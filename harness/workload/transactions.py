@@ -1,0 +1,165 @@
+"""The transactional producer's loop (KIP-98): each transaction sends a few
+values, one per logical process, then commits or (now and then, on
+purpose) aborts, and records how it ended (docs/history-format.md,
+"Transactions").
+
+The history's rules hold as for plain sends: a send is `ok` when the broker
+acknowledged it (its value is visible only if its transaction commits), and
+a transaction's `txn` op is `ok` when it ended as intended, `fail` when it
+certainly did not commit, `info` when nobody can tell. librdkafka's error
+classes decide: a retriable error is tried again until the deadline; an
+abortable one is followed by an abort, and only an abort that succeeds
+proves the transaction did not commit; a fatal one (a fenced producer)
+leaves the outcome unknown and stops the instance, which the harness
+replaces (a new instance of the same transactional id fences this one).
+"""
+from __future__ import annotations
+
+import random
+from typing import Any, Callable
+
+from contracts.deadline import Deadline
+from harness.workload.clients import EXIT_FATAL
+from harness.workload.errors import canonical, classify_send
+
+Emit = Callable[..., None]
+
+
+class ConfluentTransactions:
+    """A confluent-kafka transactional producer, one transaction at a time."""
+
+    def __init__(self, bootstrap: str, transactional_id: str, client_id: str,
+                 timeout_ms: int, op_timeout_s: float):
+        from confluent_kafka import Producer
+        self.op_timeout_s = op_timeout_s
+        self.p = Producer({
+            "bootstrap.servers": bootstrap, "client.id": client_id,
+            "transactional.id": transactional_id, "transaction.timeout.ms": timeout_ms,
+            "linger.ms": 0, "retry.backoff.ms": 100, "topic.metadata.refresh.interval.ms": 2000,
+            "log_level": 3,
+        })
+        self.fatal: str | None = None
+
+    def init(self) -> None:
+        self.p.init_transactions(self.op_timeout_s)
+
+    def begin(self) -> None:
+        self.p.begin_transaction()
+
+    def send(self, topic: str, partition: int, value: int,
+             done: Callable[[str, dict[str, Any]], None]) -> None:
+        def delivered(err: Any, msg: Any) -> None:
+            if err is None:
+                done("ok", {"offset": int(msg.offset())})
+            else:
+                done(*_send_outcome(err.name()))
+        try:
+            self.p.produce(topic, value=str(value).encode(), partition=partition,
+                           on_delivery=delivered)
+        except BufferError:
+            done("fail", {"error": "_QUEUE_FULL"})
+        except Exception as e:  # noqa: BLE001 - KafkaException: not handed over
+            done(*classify_send(_name(e), single_attempt=False, never_sent=True))
+
+    def flush(self, timeout: float) -> int:
+        return self.p.flush(timeout)
+
+    def end(self, commit: bool) -> tuple[str, dict[str, Any]]:
+        """Commit or abort the open transaction: (outcome, fields)."""
+        from confluent_kafka import KafkaException
+        deadline = Deadline(self.op_timeout_s)
+        while True:
+            try:
+                if commit:
+                    self.p.commit_transaction(max(0.1, deadline.remaining()))
+                else:
+                    self.p.abort_transaction(max(0.1, deadline.remaining()))
+                return "ok", {}
+            except KafkaException as e:
+                err = e.args[0]
+                if err.fatal():
+                    self.fatal = f"{err.name()}: {err.str()}"
+                    return "info", {"error": canonical(err.name())}
+                if err.retriable() and not deadline.expired():
+                    continue
+                if commit and err.txn_requires_abort():
+                    return self._abort_after(err.name())
+                return "info", {"error": canonical(err.name())}
+
+    def _abort_after(self, why: str) -> tuple[str, dict[str, Any]]:
+        """The commit failed with an abortable error: if the abort succeeds,
+        the transaction certainly did not commit."""
+        outcome, fields = self.end(commit=False)
+        if outcome == "ok":
+            return "fail", {"error": canonical(why)}
+        return "info", {"error": canonical(why)}
+
+    def close(self, timeout: float) -> None:
+        self.p.flush(timeout)
+
+
+def _name(e: BaseException) -> str:
+    args = getattr(e, "args", ())
+    return args[0].name() if args and hasattr(args[0], "name") else type(e).__name__
+
+
+def _send_outcome(name: str) -> tuple[str, dict[str, Any]]:
+    t, error = classify_send(name, single_attempt=False)
+    return t, {"error": error}
+
+
+def run(producer: Any, targets: list[tuple[str, int]], slots: int, worker_id: int,
+        value_stride: int, abort_ratio: float, emit: Emit, stopped: Callable[[], bool],
+        rng: random.Random, pace: Callable[[], None] = lambda: None) -> int:
+    """Transactions until stopped: each sends one value on each of `slots`
+    logical processes (partitions drawn from `targets`), waits for them,
+    then commits, or aborts with probability `abort_ratio`. `pace` returns
+    when the next send may go (the worker's rate). Returns the worker's
+    exit status."""
+    counter = seq = txns = 0
+    try:
+        producer.init()
+    except Exception as e:  # noqa: BLE001 - no coordinator yet, or fenced
+        emit(type="log", msg=f"init_transactions failed: {e!r}")
+        return EXIT_FATAL
+    while not stopped() and producer.fatal is None:
+        txns += 1
+        txn = f"w{worker_id}/{txns}"
+        open_ops: dict[int, int] = {}
+
+        def completer(slot: int, s: int):
+            def done(t: str, fields: dict[str, Any]) -> None:
+                if open_ops.get(slot) == s:
+                    del open_ops[slot]
+                    emit(type=t, slot=slot, seq=s, txn=txn, **fields)
+            return done
+
+        try:
+            producer.begin()
+        except Exception as e:  # noqa: BLE001
+            emit(type="log", msg=f"begin_transaction failed: {e!r}")
+            break
+        for slot in range(slots):
+            pace()
+            topic, partition = targets[rng.randrange(len(targets))]
+            value = worker_id * value_stride + counter
+            counter += 1
+            seq += 1
+            open_ops[slot] = seq
+            emit(type="invoke", slot=slot, seq=seq, f="send", topic=topic, partition=partition,
+                 value=value, txn=txn)
+            producer.send(topic, partition, value, completer(slot, seq))
+        producer.flush(producer.op_timeout_s)
+        for slot, s in list(open_ops.items()):
+            emit(type="info", slot=slot, seq=s, txn=txn, error="not-delivered")
+        open_ops.clear()
+        commit = rng.random() >= abort_ratio
+        seq += 1
+        emit(type="invoke", slot=0, seq=seq, f="txn", txn=txn,
+             intent="commit" if commit else "abort")
+        t, fields = producer.end(commit)
+        emit(type=t, slot=0, seq=seq, txn=txn, intent="commit" if commit else "abort", **fields)
+    if producer.fatal:
+        emit(type="log", msg=f"the transactional producer stopped: {producer.fatal}")
+        return EXIT_FATAL
+    return 0
