@@ -42,18 +42,26 @@ class KafkaConnection:
         self.versions: dict[int, tuple[int, int]] = {}
 
     def call(self, req_cls: Any, resp_cls: Any, version: int, **fields: Any) -> Any:
-        """Send `req_cls(version, **fields)`, return the decoded response."""
+        """Send `req_cls(version, **fields)`, return the decoded response. A
+        flexible version (KIP-482) has header v2 and its answer header v1
+        (ApiVersions' answer excepted, as Kafka's)."""
         body = bytes(req_cls(version=version, **fields).encode(version=version))
-        frame = self.request(req_cls.API_KEY, version, body, req_cls.__name__)
+        flexible = bool(req_cls.flexible_version_q(version))
+        frame = self.request(req_cls.API_KEY, version, body, req_cls.__name__, flexible)
+        if flexible and req_cls.API_KEY != API_VERSIONS_KEY:
+            frame = _after_tagged_fields(frame)
         try:
             return resp_cls.decode(frame, version=version)
         except Exception as e:  # noqa: BLE001 - any decoding failure is the broker's
             raise WireError(f"undecodable {resp_cls.__name__} v{version}: {e}") from None
 
-    def request(self, api_key: int, version: int, body: bytes, name: str = "request") -> bytes:
+    def request(self, api_key: int, version: int, body: bytes, name: str = "request",
+                flexible: bool = False) -> bytes:
         """Send one request; the response after its correlation id."""
         self._corr = (self._corr + 1) & 0x7FFFFFFF
         header = _HEADER.pack(api_key, version, self._corr, len(self.client_id)) + self.client_id
+        if flexible:
+            header += b"\x00"   # no tagged fields
         try:
             self.sock.sendall(_SIZE.pack(len(header) + len(body)) + header + body)
             (n,) = _SIZE.unpack(self._read(4))
@@ -137,12 +145,36 @@ def metadata(conn: KafkaConnection, topics: list[str] | None = None) -> ClusterM
 
 # -- Produce ----------------------------------------------------------------------------------
 
-def record_batch(values: list[bytes | None], producer: tuple[int, int, int] | None = None) -> bytes:
+def _after_tagged_fields(frame: bytes) -> bytes:
+    """A response body after header v1's tagged fields (unsigned varints)."""
+    pos = 0
+
+    def uvarint() -> int:
+        nonlocal pos
+        value = shift = 0
+        while True:
+            if pos >= len(frame):
+                raise WireError("a response header cut short")
+            b = frame[pos]
+            pos += 1
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value
+            shift += 7
+    for _ in range(uvarint()):
+        uvarint()
+        pos += uvarint()
+    return frame[pos:]
+
+
+def record_batch(values: list[bytes | None], producer: tuple[int, int, int] | None = None,
+                 transactional: bool = False) -> bytes:
     """One RecordBatch v2 (uncompressed) holding `values`; `producer` is
-    (producer id, producer epoch, base sequence) for an idempotent batch."""
+    (producer id, producer epoch, base sequence) for an idempotent or
+    (`transactional`) a transactional batch."""
     from kafka.record.default_records import DefaultRecordBatchBuilder
     pid, epoch, seq = producer or (-1, -1, -1)
-    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+    b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=transactional,
                                   producer_id=pid, producer_epoch=epoch, base_sequence=seq,
                                   batch_size=1 << 30)
     now_ms = int(time.time() * 1000)
@@ -162,11 +194,13 @@ def produce(conn: KafkaConnection, topic: str, partition: int, values: list[byte
 
 
 def produce_batch(conn: KafkaConnection, topic: str, partition: int, batch: bytes, *,
-                  acks: int = -1, timeout_ms: int = 10000) -> tuple[int, int]:
+                  acks: int = -1, timeout_ms: int = 10000,
+                  transactional_id: str | None = None) -> tuple[int, int]:
     """(error, base offset) of one Produce (v3) carrying `batch` as it is
-    (a damaged one, say)."""
+    (a damaged one, say; a transactional one names its `transactional_id`)."""
     from kafka.protocol.producer import ProduceRequest, ProduceResponse
-    resp = conn.call(ProduceRequest, ProduceResponse, 3, transactional_id=None, acks=acks,
+    resp = conn.call(ProduceRequest, ProduceResponse, 3, transactional_id=transactional_id,
+                     acks=acks,
                      timeout_ms=timeout_ms, topic_data=[(topic, [(partition, batch)])])
     pr = resp.responses[0].partition_responses[0]
     return pr.error_code, pr.base_offset
@@ -255,11 +289,54 @@ def offset_for_leader_epoch(conn: KafkaConnection, topic: str, partition: int,
 # One request each, as a group member's client sends it; every answer's error
 # code is returned, so a scenario sees exactly what the coordinator said.
 
-def find_coordinator(conn: KafkaConnection, group: str) -> tuple[int, int, str, int]:
-    """(error, node id, host, port) of FindCoordinator v1 for consumer group `group`."""
+def find_coordinator(conn: KafkaConnection, key: str,
+                     key_type: int = 0) -> tuple[int, int, str, int]:
+    """(error, node id, host, port) of FindCoordinator v1 for consumer group
+    `key` (key type 0) or transactional id `key` (1)."""
     from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
-    resp = conn.call(FindCoordinatorRequest, FindCoordinatorResponse, 1, key=group, key_type=0)
+    resp = conn.call(FindCoordinatorRequest, FindCoordinatorResponse, 1, key=key,
+                     key_type=key_type)
     return resp.error_code, resp.node_id, resp.host, resp.port
+
+
+# -- transactions (KIP-98): a transactional producer's requests, one each -------------------
+
+def init_transactional_id(conn: KafkaConnection, transactional_id: str,
+                          timeout_ms: int = 60000) -> tuple[int, int, int]:
+    """(error, producer id, producer epoch) of InitProducerId v1 for a transactional id."""
+    from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
+    resp = conn.call(InitProducerIdRequest, InitProducerIdResponse, 1,
+                     transactional_id=transactional_id, transaction_timeout_ms=timeout_ms)
+    return resp.error_code, resp.producer_id, resp.producer_epoch
+
+
+def add_partitions_to_txn(conn: KafkaConnection, transactional_id: str, producer_id: int,
+                          epoch: int, partitions: list[tuple[str, int]]
+                          ) -> dict[tuple[str, int], int]:
+    """AddPartitionsToTxn v1: the error of each partition."""
+    from kafka.protocol.producer import AddPartitionsToTxnRequest, AddPartitionsToTxnResponse
+    topics: dict[str, list[int]] = {}
+    for t, p in partitions:
+        topics.setdefault(t, []).append(p)
+    resp = conn.call(AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 1,
+                     v3_and_below_transactional_id=transactional_id,
+                     v3_and_below_producer_id=producer_id, v3_and_below_producer_epoch=epoch,
+                     v3_and_below_topics=list(topics.items()))
+    return {(t.name, r.partition_index): r.partition_error_code
+            for t in resp.results_by_topic_v3_and_below for r in t.results_by_partition}
+
+
+def end_txn(conn: KafkaConnection, transactional_id: str, producer_id: int, epoch: int,
+            commit: bool, version: int = 1) -> tuple[int, int, int]:
+    """(error, producer id, epoch) of EndTxn: v5 (KIP-890) answers the id
+    and epoch of the producer's next transaction; older versions the ones
+    it was sent with."""
+    from kafka.protocol.producer import EndTxnRequest, EndTxnResponse
+    resp = conn.call(EndTxnRequest, EndTxnResponse, version, transactional_id=transactional_id,
+                     producer_id=producer_id, producer_epoch=epoch, committed=commit)
+    if version >= 5:
+        return resp.error_code, resp.producer_id, resp.producer_epoch
+    return resp.error_code, producer_id, epoch
 
 
 @dataclass

@@ -125,7 +125,9 @@ GROUP_APIS: dict[int, tuple[int, int, type, type]] = {
 TRANSACTION_APIS: dict[int, tuple[int, int, type, type]] = {
     ADD_PARTITIONS_TO_TXN: (0, 1, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse),
     ADD_OFFSETS_TO_TXN: (0, 1, AddOffsetsToTxnRequest, AddOffsetsToTxnResponse),
-    END_TXN: (0, 1, EndTxnRequest, EndTxnResponse),
+    # v3+ are flexible; v5 (KIP-890) answers the producer's epoch after the
+    # transaction, bumped under transaction.protocol=kip-890.
+    END_TXN: (0, 5, EndTxnRequest, EndTxnResponse),
     TXN_OFFSET_COMMIT: (0, 1, TxnOffsetCommitRequest, TxnOffsetCommitResponse),
 }
 
@@ -152,6 +154,15 @@ NAMES = {PRODUCE: "Produce", FETCH: "Fetch", LIST_OFFSETS: "ListOffsets", METADA
          ADD_PARTITIONS_TO_TXN: "AddPartitionsToTxn", ADD_OFFSETS_TO_TXN: "AddOffsetsToTxn",
          END_TXN: "EndTxn", WRITE_TXN_MARKERS: "WriteTxnMarkers",
          TXN_OFFSET_COMMIT: "TxnOffsetCommit"}
+
+
+# The first flexible version (KIP-482: compact encodings, tagged fields) of
+# the APIs served at one; every other API is served at older versions only.
+FLEXIBLE_FROM: dict[int, int] = {END_TXN: 3}
+
+
+def is_flexible(api_key: int, version: int) -> bool:
+    return version >= FLEXIBLE_FROM.get(api_key, 1 << 15)
 
 
 def is_supported(api_key: int, version: int) -> bool:

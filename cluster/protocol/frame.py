@@ -1,12 +1,14 @@
 """Kafka framing, server side: the int32 size prefix and the request header.
 
 Request header v1 is int16 api_key, int16 api_version, int32 correlation_id,
-nullable string client_id; none of the versions we serve is a "flexible" one
-(header v2), so the body starts right after client_id. A request for a version
-we do not serve still has this prefix, which is all we need to answer it with
-UNSUPPORTED_VERSION.
+nullable string client_id. A request for a version we do not serve still has
+this prefix, which is all we need to answer it with UNSUPPORTED_VERSION.
+A "flexible" version (KIP-482; cluster/protocol/api.py says which we serve)
+has header v2: header v1 and then tagged fields, which `skip_tagged_fields`
+steps over.
 
-Responses carry header v0: int32 correlation_id.
+Responses carry header v0: int32 correlation_id; a flexible version's,
+header v1: an empty set of tagged fields after it.
 """
 from __future__ import annotations
 
@@ -15,8 +17,8 @@ from dataclasses import dataclass
 
 from cluster.protocol.control import ProtocolError
 
-__all__ = ["ProtocolError", "RequestHeader", "parse_request_header", "frame_response",
-           "SIZE"]
+__all__ = ["ProtocolError", "RequestHeader", "parse_request_header", "skip_tagged_fields",
+           "frame_response", "SIZE"]
 
 SIZE = struct.Struct(">i")
 _HDR = struct.Struct(">hhih")
@@ -54,6 +56,31 @@ def parse_request_header(frame) -> RequestHeader:
     return RequestHeader(api_key, api_version, correlation_id, client_id, pos)
 
 
+def _uvarint(frame, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(frame) or shift > 28:
+            raise ProtocolError("a varint cut short or longer than 5 bytes")
+        b = frame[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+
+
+def skip_tagged_fields(frame, pos: int) -> int:
+    """Where the body starts after header v2's tagged fields at `pos`."""
+    count, pos = _uvarint(frame, pos)
+    for _ in range(count):
+        _tag, pos = _uvarint(frame, pos)
+        size, pos = _uvarint(frame, pos)
+        pos += size
+        if pos > len(frame):
+            raise ProtocolError("a tagged field past the end of the frame")
+    return pos
+
+
 def peek_correlation_id(frame) -> int | None:
     """The correlation id of a frame whose header may be otherwise broken."""
     if len(frame) >= 8:
@@ -61,6 +88,9 @@ def peek_correlation_id(frame) -> int | None:
     return None
 
 
-def frame_response(correlation_id: int, body) -> bytes:
-    """A whole response frame: size, correlation id (header v0), body."""
+def frame_response(correlation_id: int, body, flexible: bool = False) -> bytes:
+    """A whole response frame: size, correlation id (header v0; v1 with
+    empty tagged fields for a flexible version), body."""
+    if flexible:
+        return _RESP_HDR.pack(len(body) + 5, correlation_id) + b"\x00" + body
     return _RESP_HDR.pack(len(body) + 4, correlation_id) + body

@@ -25,7 +25,7 @@ from cluster.coordination import Component, Coordination
 from cluster.protocol import api, control
 from cluster.protocol import errors as E
 from cluster.protocol.frame import (ProtocolError, RequestHeader, frame_response,
-                                    parse_request_header)
+                                    parse_request_header, skip_tagged_fields)
 from cluster.protocol.records import RecordError, batch_headers, down_convert, to_v2
 from cluster.server.admin_apis import AdminApis
 from cluster.server.group_apis import GroupApis
@@ -104,7 +104,9 @@ class KafkaApis:
         try:
             if key in control.CONTROL_API_KEYS:
                 return self._handle_control(hdr, frame)
-            req = api.decode_request(key, version, frame, hdr.body_offset)
+            body = (skip_tagged_fields(frame, hdr.body_offset) if api.is_flexible(key, version)
+                    else hdr.body_offset)
+            req = api.decode_request(key, version, frame, body)
         except ProtocolError as e:
             log.warning("malformed %s v%d request from %r: %s; closing connection",
                         api.NAMES.get(key), version, hdr.client_id, e)
@@ -118,7 +120,8 @@ class KafkaApis:
 
     def _respond(self, hdr: RequestHeader, response) -> bytes:
         return frame_response(hdr.correlation_id,
-                              api.encode_response(hdr.api_key, hdr.api_version, response))
+                              api.encode_response(hdr.api_key, hdr.api_version, response),
+                              api.is_flexible(hdr.api_key, hdr.api_version))
 
     # -- controller requests ---------------------------------------------------------------
 

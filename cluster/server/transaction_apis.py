@@ -142,14 +142,21 @@ class TransactionApis:
                                        error_code=err)
 
     async def end_txn(self, hdr: RequestHeader, req: Any) -> EndTxnResponse:
-        tid = req.transactional_id
+        """v5 (KIP-890) answers the producer id and epoch the next
+        transaction uses: bumped under transaction.protocol=kip-890."""
+        tid, v = req.transactional_id, hdr.api_version
         err = await self.coordinator.end_txn(tid, req.producer_id, req.producer_epoch,
-                                             req.committed)
-        log.info("EndTxn %r producer %d epoch %d %s: %s", tid, req.producer_id,
+                                             req.committed, client_follows_bump=v >= 5)
+        log.info("EndTxn v%d %r producer %d epoch %d %s: %s", v, tid, req.producer_id,
                  req.producer_epoch, "commit" if req.committed else "abort", E.name(err))
         if err == E.NONE:
             self._complete_soon(tid)
-        return EndTxnResponse(version=hdr.api_version, throttle_time_ms=0, error_code=err)
+        fields: dict[str, Any] = {}
+        if v >= 5:
+            md = self.coordinator.current(tid) if err == E.NONE else None
+            fields = {"producer_id": md.producer_id if md else -1,
+                      "producer_epoch": md.producer_epoch if md else -1}
+        return EndTxnResponse(version=v, throttle_time_ms=0, error_code=err, **fields)
 
     # -- the coordinator's writes -------------------------------------------------------------
 

@@ -150,12 +150,21 @@ class TransactionCoordinator:
             cur, producer_id, epoch, partitions, self.clock_ms()))
         return err
 
-    async def end_txn(self, tid: str, producer_id: int, epoch: int, commit: bool) -> int:
+    async def end_txn(self, tid: str, producer_id: int, epoch: int, commit: bool,
+                      client_follows_bump: bool = True) -> int:
         """EndTxn, answered once the PREPARE_x state is written; `complete`
-        must follow (the caller schedules it, as Kafka's marker channel does)."""
+        must follow (the caller schedules it, as Kafka's marker channel does).
+        The epoch is bumped under KIP-890 only for a client that learns the
+        new one (EndTxn v5), as in Kafka."""
+        bump = self.bump_per_transaction and client_follows_bump
         err, _ = await self._handle(tid, lambda cur: tm.end_txn(
-            cur, producer_id, epoch, commit, self.clock_ms(), self.bump_per_transaction))
+            cur, producer_id, epoch, commit, self.clock_ms(), bump))
         return err
+
+    def current(self, tid: str) -> TransactionMetadata | None:
+        """The id's state as this coordinator has it (None: unknown or not here)."""
+        err, ids = self._here(tid)
+        return ids.get(tid) if err == E.NONE else None
 
     async def complete(self, tid: str) -> int:
         """Write the prepared transaction's markers, then its COMPLETE_x

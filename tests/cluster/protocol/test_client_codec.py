@@ -131,3 +131,28 @@ def test_api_versions_body(version):
                                       version=0 if err else version)
     assert resp.error_code == err
     assert {k.api_key for k in resp.api_keys} == set(api.SUPPORTED_VERSIONS)
+
+
+def test_a_flexible_request_header_and_response_header():
+    """Header v2's tagged fields are stepped over (KIP-482), even a non-empty
+    set; a flexible answer carries header v1 (an empty set); EndTxn v5 reads
+    back through kafka-python's codec."""
+    from kafka.protocol.producer import EndTxnRequest, EndTxnResponse
+
+    from cluster.protocol.frame import (ProtocolError, frame_response, parse_request_header,
+                                        skip_tagged_fields)
+    body = bytes(EndTxnRequest(version=5, transactional_id="t", producer_id=7,
+                               producer_epoch=1, committed=True).encode(version=5))
+    tagged = bytes([2, 0, 1, 0x2A, 5, 2, 0xAB, 0xCD])   # two fields: tag 0 (1 byte), tag 5 (2)
+    frame = struct.pack(">hhih", api.END_TXN, 5, 9, 1) + b"c" + tagged + body
+    hdr = parse_request_header(frame)
+    assert api.is_flexible(api.END_TXN, 5) and not api.is_flexible(api.END_TXN, 2)
+    start = skip_tagged_fields(frame, hdr.body_offset)
+    assert api.decode_request(api.END_TXN, 5, frame, start).producer_id == 7
+    with pytest.raises(ProtocolError):
+        skip_tagged_fields(frame[:hdr.body_offset + 5], hdr.body_offset)
+    out = frame_response(9, b"xy", flexible=True)
+    assert out == struct.pack(">ii", 7, 9) + b"\x00xy"
+    resp = EndTxnResponse(version=5, throttle_time_ms=0, error_code=0, producer_id=7,
+                          producer_epoch=2)
+    assert EndTxnResponse.decode(bytes(resp.encode(version=5)), version=5).producer_epoch == 2

@@ -3,7 +3,9 @@
 commits, aborts and commits; a `read_committed` consumer reads exactly the
 committed records, a `read_uncommitted` one all of them; a new session of
 the same transactional id fences the old one; the coordinator's broker
-killed, a new coordinator loads the id and fences a zombie."""
+killed, a new coordinator loads the id and fences a zombie; a
+consume-transform-produce pipeline is exact; a late produce of an aborted
+transaction lands in the next one under KIP-98 and is fenced under KIP-890."""
 from __future__ import annotations
 
 import confluent_kafka as ck
@@ -11,6 +13,7 @@ import pytest
 
 from broker_cluster import wait_until
 from cluster import admin
+from cluster.protocol import errors as E
 from cluster.server.transaction_log import TRANSACTION_STATE_TOPIC, partition_of
 
 CONFIG = {"chaoslog.controller.enable": True, "min.insync.replicas": 2,
@@ -142,3 +145,59 @@ def test_consume_transform_produce_is_exact_with_offsets_in_the_transaction(make
         cons.close()
     assert rounds >= 4   # one aborted
     assert _read(c, "read_committed", 12) == sorted(f"out-{i}" for i in range(12))
+
+
+@pytest.mark.parametrize("protocol", ["kip-98", "kip-890"])
+def test_a_late_produce_of_an_aborted_transaction(make_cluster, protocol):
+    """KAFKA-17754, scripted at the wire: transaction 1 adds a partition,
+    its produce is held back, and it aborts; transaction 2 adds the same
+    partition, the held produce arrives, transaction 2 commits. Under
+    KIP-98 the late write joins transaction 2 and a read_committed reader
+    sees a value of an aborted transaction; under KIP-890 (EndTxn v5: the
+    epoch bumped as transaction 1 ended) it is fenced."""
+    from harness import kafka_wire as kw
+    c = make_cluster(3, **CONFIG, **{"transaction.protocol": protocol})
+    wait_until(lambda: admin.controller_info(c.zk)["id"] > 0, 30, "a controller")
+    admin.create_topic(c.zk, TOPIC, 1, 3)
+    admin.wait_for_leaders(c.zk, TOPIC, 30)
+    tid, tp = "late", (TOPIC, 0)
+    end_version = 5 if protocol == "kip-890" else 1
+
+    def connect(broker: int) -> kw.KafkaConnection:
+        host, port = c.brokers[broker].address
+        return kw.KafkaConnection(host, port, timeout=30)
+
+    any_broker = connect(1)
+    coordinator = wait_until(lambda: (lambda r: r[1] if r[0] == 0 else None)(
+        kw.find_coordinator(any_broker, tid, key_type=1)), 60, "a transaction coordinator")
+    coord = connect(coordinator)
+    err, pid, epoch = wait_until(lambda: (lambda r: r if r[0] == 0 else None)(
+        kw.init_transactional_id(coord, tid)), 60, "a producer id")
+    leader = admin.describe_topic(c.zk, TOPIC)["partitions"][0]["leader"]
+    data = connect(leader)
+
+    def batch(value: bytes, epoch: int, seq: int) -> bytes:
+        return kw.record_batch([value], (pid, epoch, seq), transactional=True)
+
+    def begin(epoch: int) -> None:
+        wait_until(lambda: kw.add_partitions_to_txn(coord, tid, pid, epoch, [tp]) == {tp: 0},
+                   30, "the partition added (the last transaction's markers written)")
+
+    begin(epoch)
+    late = batch(b"late-from-aborted", epoch, 0)            # held back
+    err, pid, epoch2 = kw.end_txn(coord, tid, pid, epoch, commit=False, version=end_version)
+    assert err == 0 and epoch2 == (epoch + 1 if protocol == "kip-890" else epoch)
+    begin(epoch2)
+    late_error, _ = kw.produce_batch(data, TOPIC, 0, late, transactional_id=tid)
+    seq = 1 if protocol == "kip-98" else 0                   # a new epoch starts at 0
+    assert kw.produce_batch(data, TOPIC, 0, batch(b"committed", epoch2, seq),
+                            transactional_id=tid)[0] == 0
+    assert kw.end_txn(coord, tid, pid, epoch2, commit=True, version=end_version)[0] == 0
+    expect = 2 if protocol == "kip-98" else 1
+    read = _read(c, "read_committed", expect)
+    if protocol == "kip-98":
+        assert late_error == 0 and read == ["committed", "late-from-aborted"]
+    else:
+        assert late_error == E.INVALID_PRODUCER_EPOCH and read == ["committed"]
+    for conn in (any_broker, coord, data):
+        conn.close()
