@@ -137,7 +137,10 @@ def make_case(seed: int, index: int, target: Target) -> Case:
 
 
 def _frame(api_key: int, version: int, corr: int, body: bytes, client_id: bytes = b"fuzz") -> bytes:
+    """A request frame; a flexible version's header v2 ends with no tagged fields."""
     head = _HEADER.pack(api_key, version, corr, len(client_id)) + client_id
+    if api.is_flexible(api_key, version):
+        head += b"\x00"
     return _SIZE.pack(len(head) + len(body)) + head + body
 
 
@@ -566,7 +569,10 @@ def _judge(case: Case, frame: bytes) -> tuple[str, int | None, str]:
             err = body.error
         else:
             (corr,) = _SIZE.unpack_from(frame)
-            body = api.response_class(case.api_key).decode(frame[4:], version=case.version)
+            rest = frame[4:]
+            if api.is_flexible(case.api_key, case.version):
+                rest = kafka_wire.after_tagged_fields(rest)
+            body = api.response_class(case.api_key).decode(rest, version=case.version)
             err = _first_error(body)
     except Exception as e:  # noqa: BLE001 - any decoding failure is the finding
         return "malformed", None, f"{type(e).__name__}: {e}"

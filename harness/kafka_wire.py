@@ -49,7 +49,7 @@ class KafkaConnection:
         flexible = bool(req_cls.flexible_version_q(version))
         frame = self.request(req_cls.API_KEY, version, body, req_cls.__name__, flexible)
         if flexible and req_cls.API_KEY != API_VERSIONS_KEY:
-            frame = _after_tagged_fields(frame)
+            frame = after_tagged_fields(frame)
         try:
             return resp_cls.decode(frame, version=version)
         except Exception as e:  # noqa: BLE001 - any decoding failure is the broker's
@@ -145,7 +145,7 @@ def metadata(conn: KafkaConnection, topics: list[str] | None = None) -> ClusterM
 
 # -- Produce ----------------------------------------------------------------------------------
 
-def _after_tagged_fields(frame: bytes) -> bytes:
+def after_tagged_fields(frame: bytes) -> bytes:
     """A response body after header v1's tagged fields (unsigned varints)."""
     pos = 0
 
