@@ -50,15 +50,17 @@ from bench.paths import RAW  # noqa: E402
 from mutants import MUTANTS, Mutant  # noqa: E402
 from mutants_blind import MUTANTS_BLIND  # noqa: E402
 from mutants_blind2 import MUTANTS_BLIND_2, MUTANTS_BLIND_2_V2  # noqa: E402
+from mutants_txn import MUTANTS_TXN  # noqa: E402
 
 # mutants.py: written with the suites in view; mutants_blind.py: written by
 # someone who read only cluster/ and the design (how an outsider's bugs fare);
-# mutants_blind2.py: a second blind batch, its cluster/v2/ bugs measured in V2 mode.
+# mutants_blind2.py: a second blind batch, its cluster/v2/ bugs measured in V2 mode;
+# mutants_txn.py: the transaction code's, measured with its tests.
 SETS = {"main": MUTANTS, "blind": MUTANTS_BLIND, "blind2": MUTANTS_BLIND_2,
-        "blind2-v2": MUTANTS_BLIND_2_V2,
-        "all": MUTANTS + MUTANTS_BLIND + MUTANTS_BLIND_2 + MUTANTS_BLIND_2_V2}
+        "blind2-v2": MUTANTS_BLIND_2_V2, "txn": MUTANTS_TXN,
+        "all": MUTANTS + MUTANTS_BLIND + MUTANTS_BLIND_2 + MUTANTS_BLIND_2_V2 + MUTANTS_TXN}
 # The target a set runs with when --target is not given.
-DEFAULT_TARGET = {"blind2-v2": "v2"}
+DEFAULT_TARGET = {"blind2-v2": "v2", "txn": "txn"}
 
 TARGETS = {
     "suites": ["-m", "pytest", "suites", "-x", "-q", "-p", "no:cacheprovider"],
@@ -66,6 +68,13 @@ TARGETS = {
     # the suites in V2 mode (coordination=v2)
     "v2": ["-m", "pytest", "suites", "-x", "-q", "-p", "no:cacheprovider",
            "-m", "any_coordination or v2_only", "--chaoslog-coordination", "v2"],
+    # the transaction tests (docs/design.md#transactions), until a transactional suite exists
+    "txn": ["-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+            "tests/cluster/server/test_partition_transactions.py",
+            "tests/cluster/server/test_open_transactions.py",
+            "tests/cluster/server/test_transaction_coordinator.py",
+            "tests/cluster/server/test_group_coordinator.py",
+            "tests/cluster/server/test_transactions_e2e.py"],
 }
 
 
@@ -248,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
                          "default: v2 for --set blind2-v2, else suites")
     ap.add_argument("--set", default="main", choices=sorted(SETS),
                     help="which mutants: main (mutants.py), blind (mutants_blind.py), blind2 and "
-                         "blind2-v2 (mutants_blind2.py) or all")
+                         "blind2-v2 (mutants_blind2.py), txn (mutants_txn.py) or all")
     ap.add_argument("--only", nargs="*", default=None, metavar="ID")
     ap.add_argument("--timeout", type=float, default=300.0,
                     help="seconds a mutant may survive before it counts as not caught")

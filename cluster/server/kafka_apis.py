@@ -393,7 +393,8 @@ class KafkaApis:
                         err, records = p.read(fp.fetch_offset, max(max_bytes, 1), replica_id,
                                               _current_leader_epoch(fp), read_committed)
                     if err in (E.NONE, E.OFFSET_OUT_OF_RANGE):
-                        hw, lso, log_start = p.hw, p.last_stable_offset, p.log.log_start_offset
+                        hw, log_start = p.hw, p.log.log_start_offset
+                        lso = p.last_stable_offset
                     if read_committed and records:
                         aborted = [(a.producer_id, a.first_offset) for a in
                                    p.txns.aborted_between(fp.fetch_offset, _end_of(records))]

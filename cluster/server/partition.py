@@ -101,6 +101,11 @@ class Partition:
         return self.leader_id == self.broker_id
 
     @property
+    def takes_writes(self) -> bool:
+        """A leader not fenced (docs/design.md#isr): the coordinators' appends check this."""
+        return self.is_leader and not self.fenced
+
+    @property
     def hw(self) -> int:
         return self._hw
 
@@ -249,7 +254,7 @@ class Partition:
         transaction (TxnOffsetCommit): transactional, of the producer, with
         no sequence (Kafka's coordinator-origin append: the epoch is
         checked, sequences are not). Returns (error, required offset)."""
-        if not self.is_leader or self.fenced:
+        if not self.takes_writes:
             return E.NOT_LEADER_FOR_PARTITION, -1
         if len(self.isr) < min_isr:
             return E.NOT_ENOUGH_REPLICAS, -1
@@ -312,7 +317,7 @@ class Partition:
         """Write a transaction's COMMIT or ABORT marker as leader (the
         coordinator's WriteTxnMarkers). Returns (error, required offset):
         the HW that makes the marker, and so the transaction's end, durable."""
-        if not self.is_leader or self.fenced:
+        if not self.takes_writes:
             return E.NOT_LEADER_FOR_PARTITION, -1
         if len(self.isr) < min_isr:
             return E.NOT_ENOUGH_REPLICAS, -1
@@ -465,10 +470,9 @@ class Partition:
             return err, b""
         if not self.is_leader:
             return E.NOT_LEADER_FOR_PARTITION, b""
-        if replica_id >= 0:
-            max_offset = None
-        else:
-            max_offset = self.last_stable_offset if read_committed else self.hw
+        max_offset = None if replica_id >= 0 else self.hw
+        if read_committed and max_offset is not None:
+            max_offset = self.last_stable_offset
         try:
             return E.NONE, self.log.read(fetch_offset, max_bytes, max_offset)
         except OffsetOutOfRangeError:

@@ -15,9 +15,10 @@ sys.path.insert(0, str(REPO / "bench" / "mutation"))
 import mutants  # noqa: E402
 import mutants_blind  # noqa: E402
 import mutants_blind2  # noqa: E402
+import mutants_txn  # noqa: E402
 
 ALL = (mutants.MUTANTS + mutants_blind.MUTANTS_BLIND + mutants_blind2.MUTANTS_BLIND_2
-       + mutants_blind2.MUTANTS_BLIND_2_V2)
+       + mutants_blind2.MUTANTS_BLIND_2_V2 + mutants_txn.MUTANTS_TXN)
 
 
 @pytest.mark.parametrize("mutant", ALL, ids=[m.id for m in ALL])
