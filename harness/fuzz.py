@@ -271,7 +271,7 @@ def client_request(rng: random.Random, target: Target) -> tuple[int, int, Any, b
     elif key in GROUP_KEYS:
         kw = _group_request(rng, key, v, t, p, index=rng.randrange(1 << 30))
     elif key in TRANSACTION_KEYS:
-        kw = _transaction_request(rng, key, t, p)
+        kw = _transaction_request(rng, key, v, t, p)
     else:  # pragma: no cover - a new API needs a builder here
         raise AssertionError(f"no request builder for api key {key}")
     return key, v, req_cls(version=v, **kw), answer
@@ -281,10 +281,21 @@ GROUP_KEYS = frozenset(api.GROUP_APIS)
 TRANSACTION_KEYS = frozenset(api.TRANSACTION_APIS)
 
 
-def _transaction_request(rng: random.Random, key: int, t: str, p: int) -> dict[str, Any]:
-    """The fields of AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit or EndTxn
-    (docs/design.md#transactions), for ids of the fuzzer's own."""
+def _transaction_request(rng: random.Random, key: int, v: int, t: str, p: int
+                         ) -> dict[str, Any]:
+    """The fields of a transactional request (docs/design.md#transactions),
+    for ids of the fuzzer's own."""
     tid = rng.choice([f"fz-tx{rng.randint(0, 3)}", "", "x" * rng.randint(1, 300)])
+    if key == api.DESCRIBE_TRANSACTIONS:
+        return {"transactional_ids": [tid for _ in range(rng.randint(0, 3))]}
+    if key == api.LIST_TRANSACTIONS:
+        kw: dict[str, Any] = {
+            "state_filters": rng.sample(["Ongoing", "Empty", "CompleteAbort", "Nope", ""],
+                                        rng.randint(0, 2)),
+            "producer_id_filters": [rng.choice([-1, 0, 7]) for _ in range(rng.randint(0, 2))]}
+        if v >= 1:
+            kw["duration_filter"] = rng.choice([-1, 0, 10 ** 6])
+        return kw
     pid = rng.choice([-1, 0, 1, rng.randint(0, 2 ** 40)])
     epoch = rng.choice([-1, 0, 1, 32767])
     if key == api.ADD_PARTITIONS_TO_TXN:

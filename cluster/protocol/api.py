@@ -22,6 +22,8 @@ from __future__ import annotations
 import struct
 
 from kafka.protocol.admin import (CreatePartitionsRequest, CreatePartitionsResponse,
+                                  DescribeTransactionsRequest, DescribeTransactionsResponse,
+                                  ListTransactionsRequest, ListTransactionsResponse,
                                   CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest,
                                   DeleteTopicsResponse, DescribeConfigsRequest,
                                   DescribeConfigsResponse, DescribeGroupsRequest,
@@ -73,6 +75,8 @@ ADD_OFFSETS_TO_TXN = 25
 END_TXN = 26
 WRITE_TXN_MARKERS = control.WRITE_TXN_MARKERS
 TXN_OFFSET_COMMIT = 28
+DESCRIBE_TRANSACTIONS = 65
+LIST_TRANSACTIONS = 66
 DESCRIBE_CONFIGS = 32
 CREATE_PARTITIONS = 37
 
@@ -129,6 +133,9 @@ TRANSACTION_APIS: dict[int, tuple[int, int, type, type]] = {
     # transaction, bumped under transaction.protocol=kip-890.
     END_TXN: (0, 5, EndTxnRequest, EndTxnResponse),
     TXN_OFFSET_COMMIT: (0, 1, TxnOffsetCommitRequest, TxnOffsetCommitResponse),
+    # The admin view (KIP-664), flexible from their first version.
+    DESCRIBE_TRANSACTIONS: (0, 0, DescribeTransactionsRequest, DescribeTransactionsResponse),
+    LIST_TRANSACTIONS: (0, 1, ListTransactionsRequest, ListTransactionsResponse),
 }
 
 # Every request a client may send, with its codec.
@@ -153,12 +160,13 @@ NAMES = {PRODUCE: "Produce", FETCH: "Fetch", LIST_OFFSETS: "ListOffsets", METADA
          SYNC_GROUP: "SyncGroup", DESCRIBE_GROUPS: "DescribeGroups", LIST_GROUPS: "ListGroups",
          ADD_PARTITIONS_TO_TXN: "AddPartitionsToTxn", ADD_OFFSETS_TO_TXN: "AddOffsetsToTxn",
          END_TXN: "EndTxn", WRITE_TXN_MARKERS: "WriteTxnMarkers",
-         TXN_OFFSET_COMMIT: "TxnOffsetCommit"}
+         TXN_OFFSET_COMMIT: "TxnOffsetCommit", DESCRIBE_TRANSACTIONS: "DescribeTransactions",
+         LIST_TRANSACTIONS: "ListTransactions"}
 
 
 # The first flexible version (KIP-482: compact encodings, tagged fields) of
 # the APIs served at one; every other API is served at older versions only.
-FLEXIBLE_FROM: dict[int, int] = {END_TXN: 3}
+FLEXIBLE_FROM: dict[int, int] = {END_TXN: 3, DESCRIBE_TRANSACTIONS: 0, LIST_TRANSACTIONS: 0}
 
 
 def is_flexible(api_key: int, version: int) -> bool:

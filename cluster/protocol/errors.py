@@ -63,6 +63,7 @@ UNKNOWN_LEADER_EPOCH = 75
 STALE_BROKER_EPOCH = 77
 INVALID_RECORD = 87
 PRODUCER_FENCED = 90
+TRANSACTIONAL_ID_NOT_FOUND = 105
 
 _NAMES = {v: k for k, v in dict(globals()).items() if k.isupper() and isinstance(v, int)}
 

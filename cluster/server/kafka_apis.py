@@ -565,7 +565,9 @@ class KafkaApis:
                  api.ADD_PARTITIONS_TO_TXN: self.txns.add_partitions_to_txn,
                  api.ADD_OFFSETS_TO_TXN: self.txns.add_offsets_to_txn,
                  api.END_TXN: self.txns.end_txn,
-                 api.TXN_OFFSET_COMMIT: self.groups.txn_offset_commit}[hdr.api_key]
+                 api.TXN_OFFSET_COMMIT: self.groups.txn_offset_commit,
+                 api.DESCRIBE_TRANSACTIONS: self.txns.describe_transactions,
+                 api.LIST_TRANSACTIONS: self.txns.list_transactions}[hdr.api_key]
 
         async def run():
             return self._respond(hdr, await serve(hdr, req))
@@ -603,5 +605,6 @@ class KafkaApis:
                          api.OFFSET_COMMIT, api.OFFSET_FETCH, api.LIST_GROUPS,
                          api.DESCRIBE_GROUPS), _group),
         **dict.fromkeys((api.ADD_PARTITIONS_TO_TXN, api.ADD_OFFSETS_TO_TXN, api.END_TXN,
-                         api.TXN_OFFSET_COMMIT), _transaction),
+                         api.TXN_OFFSET_COMMIT, api.DESCRIBE_TRANSACTIONS,
+                         api.LIST_TRANSACTIONS), _transaction),
     }

@@ -18,6 +18,7 @@ import logging
 import time
 from typing import Any
 
+from kafka.protocol.admin import DescribeTransactionsResponse, ListTransactionsResponse
 from kafka.protocol.producer import (AddOffsetsToTxnResponse, AddPartitionsToTxnResponse,
                                      EndTxnResponse, InitProducerIdResponse)
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
@@ -34,7 +35,7 @@ from cluster.server.offsets_topic import GROUP_METADATA_TOPIC, partition_for
 from cluster.server.transaction_coordinator import TransactionCoordinator
 from cluster.server.transaction_log import (TRANSACTION_STATE_TOPIC, TransactionLogError,
                                             encode_key, encode_value)
-from cluster.server.transaction_metadata import Markers, TransactionMetadata
+from cluster.server.transaction_metadata import Markers, TransactionMetadata, TxnState
 from cluster.server.txn_markers import OnMarker, write_markers
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,11 @@ MARKER_RETRY_S = 0.5      # between tries of markers that failed
 
 def wall_ms() -> int:
     return int(time.time() * 1000)
+
+
+def state_name(state: TxnState) -> str:
+    """Kafka's name of a state in the admin APIs: PREPARE_COMMIT -> PrepareCommit."""
+    return "".join(w.capitalize() for w in state.name.split("_"))
 
 
 class ProducerIds:
@@ -157,6 +163,39 @@ class TransactionApis:
             fields = {"producer_id": md.producer_id if md else -1,
                       "producer_epoch": md.producer_epoch if md else -1}
         return EndTxnResponse(version=v, throttle_time_ms=0, error_code=err, **fields)
+
+    # -- the admin view (KIP-664): the ids this broker coordinates --------------------------
+
+    async def describe_transactions(self, hdr: RequestHeader, req: Any
+                                    ) -> DescribeTransactionsResponse:
+        states = []
+        for tid in req.transactional_ids or []:
+            err, md = self.coordinator.describe(tid)
+            topics: dict[str, list[int]] = {}
+            for t, p in sorted(md.partitions if md else ()):
+                topics.setdefault(t, []).append(p)
+            states.append((err, tid, state_name(md.state) if md else "", md.timeout_ms if md
+                           else 0, md.txn_start_ms if md else -1, md.producer_id if md else -1,
+                           md.producer_epoch if md else -1, list(topics.items())))
+        return DescribeTransactionsResponse(version=hdr.api_version, throttle_time_ms=0,
+                                            transaction_states=states)
+
+    async def list_transactions(self, hdr: RequestHeader, req: Any) -> ListTransactionsResponse:
+        names = {state_name(s): s for s in TxnState}
+        wanted = set(req.state_filters or [])
+        pids = set(req.producer_id_filters or [])
+        min_age = getattr(req, "duration_filter", -1)
+        now = wall_ms()
+        err, listed = self.coordinator.listing()
+        states = [(md.transactional_id, md.producer_id, state_name(md.state)) for md in listed
+                  if (not wanted or state_name(md.state) in wanted)
+                  and (not pids or md.producer_id in pids)
+                  and (min_age is None or min_age < 0 or (
+                      md.txn_start_ms >= 0 and now - md.txn_start_ms >= min_age))]
+        return ListTransactionsResponse(version=hdr.api_version, throttle_time_ms=0,
+                                        error_code=err,
+                                        unknown_state_filters=sorted(wanted - set(names)),
+                                        transaction_states=states)
 
     # -- the coordinator's writes -------------------------------------------------------------
 

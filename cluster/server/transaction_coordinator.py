@@ -161,6 +161,21 @@ class TransactionCoordinator:
             cur, producer_id, epoch, commit, self.clock_ms(), bump))
         return err
 
+    def describe(self, tid: str) -> tuple[int, TransactionMetadata | None]:
+        """(error, state) for DescribeTransactions: TRANSACTIONAL_ID_NOT_FOUND
+        for an id this coordinator does not know."""
+        err, ids = self._here(tid)
+        if err != E.NONE:
+            return err, None
+        md = ids.get(tid)
+        return (E.NONE, md) if md is not None else (E.TRANSACTIONAL_ID_NOT_FOUND, None)
+
+    def listing(self) -> tuple[int, list[TransactionMetadata]]:
+        """Every id this coordinator has loaded; COORDINATOR_LOAD_IN_PROGRESS
+        while a partition loads (what is listed is then partial)."""
+        err = E.COORDINATOR_LOAD_IN_PROGRESS if self.loading else E.NONE
+        return err, [md for ids in self.loaded.values() for md in ids.values()]
+
     def current(self, tid: str) -> TransactionMetadata | None:
         """The id's state as this coordinator has it (None: unknown or not here)."""
         err, ids = self._here(tid)

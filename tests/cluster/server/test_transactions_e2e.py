@@ -201,3 +201,49 @@ def test_a_late_produce_of_an_aborted_transaction(make_cluster, protocol):
         assert late_error == E.INVALID_PRODUCER_EPOCH and read == ["committed"]
     for conn in (any_broker, coord, data):
         conn.close()
+
+
+def test_the_admin_view_lists_and_describes_transactions(make_cluster):
+    """DescribeTransactions and ListTransactions (flexible versions) answer
+    from each id's coordinator: an open transaction is Ongoing with its
+    partitions, a committed one CompleteCommit; an unknown id is not found."""
+    from kafka.protocol.admin import (DescribeTransactionsRequest, DescribeTransactionsResponse,
+                                      ListTransactionsRequest, ListTransactionsResponse)
+
+    from harness import kafka_wire as kw
+    c = _cluster(make_cluster)
+    done = _producer(c, "tx-done")
+    _transaction(done, ["d1"], commit=True)
+    open_ = _producer(c, "tx-open")
+    open_.begin_transaction()
+    open_.produce(TOPIC, value=b"o1", partition=1)
+    open_.flush(30)
+
+    def ask(broker, req, resp, version, **fields):
+        host, port = c.brokers[broker].address
+        conn = kw.KafkaConnection(host, port)
+        try:
+            return conn.call(req, resp, version, **fields)
+        finally:
+            conn.close()
+
+    listed = {}
+    for b in c.brokers:
+        r = ask(b, ListTransactionsRequest, ListTransactionsResponse, 1, state_filters=[],
+                producer_id_filters=[], duration_filter=-1)
+        assert r.error_code == 0
+        listed.update({s.transactional_id: (b, s.transaction_state) for s in r.transaction_states})
+    assert {t: s for t, (_, s) in listed.items()} == {"tx-done": "CompleteCommit",
+                                                      "tx-open": "Ongoing"}
+    b = listed["tx-open"][0]
+    r = ask(b, DescribeTransactionsRequest, DescribeTransactionsResponse, 0,
+            transactional_ids=["tx-open", "nobody"])
+    by_id = {s.transactional_id: s for s in r.transaction_states}
+    assert by_id["tx-open"].error_code == 0 and by_id["tx-open"].transaction_state == "Ongoing"
+    assert [(t.topic, t.partitions) for t in by_id["tx-open"].topics] == [(TOPIC, [1])]
+    assert by_id["nobody"].error_code in (E.TRANSACTIONAL_ID_NOT_FOUND, E.NOT_COORDINATOR)
+    filtered = ask(b, ListTransactionsRequest, ListTransactionsResponse, 0,
+                   state_filters=["Ongoing", "Bogus"], producer_id_filters=[])
+    assert [s.transactional_id for s in filtered.transaction_states] == ["tx-open"]
+    assert filtered.unknown_state_filters == ["Bogus"]
+    open_.abort_transaction(30)
