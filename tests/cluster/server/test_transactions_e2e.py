@@ -47,6 +47,16 @@ def _transaction(p: ck.Producer, values: list[str], commit: bool) -> None:
         p.abort_transaction(60)
 
 
+def _last_stable_offset(c, partition: int) -> int:
+    """ListOffsets' latest at read_committed: the partition's LSO."""
+    cons = ck.Consumer({"bootstrap.servers": c.bootstrap, "group.id": "lso",
+                        "isolation.level": "read_committed"})
+    try:
+        return cons.get_watermark_offsets(ck.TopicPartition(TOPIC, partition), 30)[1]
+    finally:
+        cons.close()
+
+
 def _read(c, isolation: str, expect: int) -> list[str]:
     cons = ck.Consumer({"bootstrap.servers": c.bootstrap, "group.id": f"reader-{isolation}",
                         "isolation.level": isolation, "auto.offset.reset": "earliest",
@@ -247,3 +257,27 @@ def test_the_admin_view_lists_and_describes_transactions(make_cluster):
     assert [s.transactional_id for s in filtered.transaction_states] == ["tx-open"]
     assert filtered.unknown_state_filters == ["Bogus"]
     open_.abort_transaction(30)
+
+
+def test_a_transaction_open_past_its_timeout_is_aborted(make_cluster):
+    """A producer that neither commits nor aborts holds the last stable
+    offset back (a later committed transaction on the partition is not
+    readable at read_committed) until its coordinator aborts it at its
+    timeout; its own commit then fails, fenced."""
+    c = make_cluster(3, **CONFIG, **{
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms": 500})
+    wait_until(lambda: admin.controller_info(c.zk)["id"] > 0, 30, "a controller")
+    admin.create_topic(c.zk, TOPIC, 2, 3)
+    admin.wait_for_leaders(c.zk, TOPIC, 30)
+    slow = ck.Producer({"bootstrap.servers": c.bootstrap, "transactional.id": "tx-slow",
+                        "transaction.timeout.ms": 15000, "linger.ms": 5})
+    slow.init_transactions(60)
+    slow.begin_transaction()
+    slow.produce(TOPIC, value=b"slow", partition=0)
+    slow.flush(30)
+    _transaction(_producer(c, "tx-fast"), ["f1"], commit=True)     # partition 0, after "slow"
+    assert _last_stable_offset(c, 0) == 0                           # held at "slow"
+    assert _read(c, "read_committed", 1) == ["f1"]                  # once "slow" is aborted
+    assert _last_stable_offset(c, 0) == 4    # slow, f1, its COMMIT, the ABORT of slow
+    with pytest.raises(ck.KafkaException):
+        slow.commit_transaction(30)
