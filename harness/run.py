@@ -350,7 +350,7 @@ class RunSpec:
 RUN_FIELDS = ("cluster", "backend", "replication_factor", "workload", "schedule", "quiet_s",
               "final_timeout_s", "settle_s", "mechanism", "checker")
 # Keys WorkloadSpec.to_json adds for readers of run.json; not fields.
-WORKLOAD_DERIVED = ("acks", "idempotence", "partitions")
+WORKLOAD_DERIVED = ("acks", "idempotence", "partitions", "pipeline")
 
 
 def _known(d: Any, fields: Any, where: str) -> None:
@@ -616,6 +616,8 @@ class Run:
                                  launcher=lambda name, argv: launch(f"{tag}-{name}", argv),
                                  log=self.log)
         self.meta["workload"] = spec.to_json()
+        if self.workload.pipeline_json():
+            self.meta["workload"]["pipeline"] = self.workload.pipeline_json()
         self._write_meta(outcome="running")
         if spec.sub_via == "subscribe":
             self._groups.add(self.workload.group)

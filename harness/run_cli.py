@@ -190,6 +190,9 @@ def add_parser(sub: Any) -> None:
                         "read at read_committed (docs/history-format.md, Transactions)")
     g.add_argument("--abort-ratio", type=float, default=0.2,
                    help="with --transactions: the share of transactions aborted on purpose")
+    g.add_argument("--pipeline", default="", metavar="TOPIC",
+                   help="with --transactions: a consume-transform-produce pipeline reads the "
+                        "other topics and writes TOPIC (one of --topics)")
     g.add_argument("--crash-clients", type=float, default=0.0, metavar="SECONDS",
                    help="kill a client process about this often and start a new one (0: never)")
     g = p.add_argument_group("faults")
@@ -325,7 +328,8 @@ def spec_of_options(a: argparse.Namespace) -> RunSpec:
                                            producer),
                                 fetchers=a.fetchers, crash_every_s=a.crash_clients,
                                 sub_via=a.sub_via, commit=a.commit,
-                                transactions=a.transactions, abort_ratio=a.abort_ratio)
+                                transactions=a.transactions, abort_ratio=a.abort_ratio,
+                                pipeline_output=a.pipeline)
     except ValueError as e:
         raise Refused(str(e)) from None
     schedule = replay or Draw(faults=[f for f in a.faults.split(",") if f.strip()], seed=a.seed,

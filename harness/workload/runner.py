@@ -46,6 +46,9 @@ class WorkloadSpec:
     # read at read_committed (docs/history-format.md, "Transactions").
     transactions: bool = False
     abort_ratio: float = 0.2                   # transactions aborted on purpose
+    # A consume-transform-produce pipeline (transactions): it reads every
+    # other topic, which the producers write, and writes this one.
+    pipeline_output: str = ""
 
     def __post_init__(self) -> None:
         if self.client not in CLIENTS:
@@ -60,6 +63,11 @@ class WorkloadSpec:
         if self.transactions and (self.client != "confluent" or self.sub_via != "assign"):
             raise ValueError("transactions are written by confluent's producer, read by "
                              "assigned consumers (--client confluent, --sub-via assign)")
+        if self.pipeline_output and (not self.transactions
+                                     or self.pipeline_output not in self.topics
+                                     or len(self.topics) < 2):
+            raise ValueError(f"the pipeline's output {self.pipeline_output!r} must be one of "
+                             f"two or more topics of a transactional workload")
         if not 0 <= self.abort_ratio <= 1:
             raise ValueError(f"abort_ratio is a share between 0 and 1, not {self.abort_ratio}")
         if not self.topics or any(n < 1 for n in self.topics.values()):
@@ -67,6 +75,10 @@ class WorkloadSpec:
 
     def partitions(self) -> list[tuple[str, int]]:
         return [(t, p) for t, n in sorted(self.topics.items()) for p in range(n)]
+
+    def written(self) -> list[tuple[str, int]]:
+        """The partitions the producers write (all but a pipeline's output)."""
+        return [(t, p) for t, p in self.partitions() if t != self.pipeline_output]
 
     def producer_settings(self, i: int) -> ProducerSettings:
         return self.mix[i % len(self.mix)] if self.mix else self.producer
@@ -237,6 +249,18 @@ class Workload:
         return f"chaoslog-{Path(run_dir).name}" if run_dir is not None else "chaoslog-group"
 
     @property
+    def pipeline_group(self) -> str:
+        return f"{self.group}-pipeline"
+
+    def pipeline_json(self) -> dict[str, Any] | None:
+        """run.json's workload.pipeline (docs/history-format.md, "Transactions")."""
+        out = self.spec.pipeline_output
+        if not out:
+            return None
+        return {"input": sorted({t for t, _ in self.spec.written()}), "output": out,
+                "group": self.pipeline_group}
+
+    @property
     def bootstrap(self) -> str:
         return self._bootstrap() if callable(self._bootstrap) else self._bootstrap
 
@@ -251,7 +275,7 @@ class Workload:
         handle = self.launch(name, [role, "--bootstrap", self.bootstrap, "--client", client,
                                     "--worker-id", str(wid), *argv])
         s = _Stream(wid, name, handle, self.recorder, self.log, on_status,
-                    on_exit=self._replace_if_fatal if role == "producer" else None,
+                    on_exit=self._replace_if_fatal if role in ("producer", "pipeline") else None,
                     respawn=(kind, role, client, argv, settings))
         with self._lock:
             self.streams.append(s)
@@ -264,7 +288,7 @@ class Workload:
         after `duration` seconds (0 = only when stopped). With
         `crash_every_s`, a thread kills a client worker now and then and
         starts a new one in its place (Jepsen's crash-clients)."""
-        parts = [f"{t}/{p}" for t, p in self.spec.partitions()]
+        parts = [f"{t}/{p}" for t, p in self.spec.written()]
         per_rate = self.spec.rate / self.spec.producers if self.spec.producers else 0
         common = ["--duration", str(duration)]
         for i in range(self.spec.producers):
@@ -296,6 +320,12 @@ class Workload:
                     self._spawn(kind, "consumer", client, [
                         *common, "--partitions", ",".join(mine),
                         "--rate", str(self.spec.poll_rate), *extra], settings)
+        if self.spec.pipeline_output:
+            self._spawn("pipeline", "pipeline", self.spec.client, [
+                *common, "--partitions", ",".join(parts), "--group", self.pipeline_group,
+                "--output", self.spec.pipeline_output, "--output-partitions",
+                str(self.spec.topics[self.spec.pipeline_output]), *self._transactional()],
+                {"role": "pipeline", "client": self.spec.client, "group": self.pipeline_group})
         if self.spec.crash_every_s > 0:
             self._crasher = threading.Thread(target=self._crash_loop, name="crash-clients",
                                              daemon=True)

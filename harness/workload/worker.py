@@ -5,6 +5,8 @@ Roles:
             flight, sharing one client; values are worker_id * 10^9 + n.
             With --transactions, each transaction sends one value per slot,
             then commits or aborts (harness/workload/transactions.py).
+  pipeline  consume-transform-produce in transactions: reads --partitions as
+            group --group, writes --output (harness/workload/pipeline.py).
   consumer  one logical process per assigned partition, polling in turn;
             with --group, a member of that consumer group instead
             (harness/workload/group.py): subscribed to --partitions' topics.
@@ -35,7 +37,7 @@ import time
 from typing import Any
 
 from contracts.deadline import Deadline, wait_until
-from harness.workload import transactions
+from harness.workload import pipeline, transactions
 from harness.workload.clients import EXIT_FATAL, ProducerSettings, make_consumer, make_producer
 from harness.workload.group import COMMIT_MODES
 
@@ -147,6 +149,22 @@ def run_transactions(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
             producer.close(1.0)
         except Exception as e:  # noqa: BLE001
             out.log(f"closing the transactional producer: {e!r}")
+
+
+def run_pipeline(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
+    if a.client != "confluent":
+        raise SystemExit(f"the pipeline is confluent's, not {a.client}")
+    pipe = pipeline.ConfluentPipeline(
+        a.bootstrap, a.group, parse_partitions(a.partitions), f"chaoslog-pipe-w{a.worker_id}",
+        f"chaoslog-w{a.worker_id}", a.transaction_timeout_ms, a.delivery_timeout_ms / 1000)
+    try:
+        return pipeline.run(pipe, a.output, a.output_partitions, a.worker_id, VALUE_STRIDE,
+                            a.abort_ratio, out.emit, stop.stopped, random.Random(a.worker_id))
+    finally:
+        try:
+            pipe.close()
+        except Exception as e:  # noqa: BLE001
+            out.log(f"closing the pipeline: {e!r}")
 
 
 def run_producer(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
@@ -361,7 +379,7 @@ def _isolation(a: argparse.Namespace) -> dict[str, str]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m harness.workload.worker",
                                 description="chaoslog workload worker (JSON lines on stdout)")
-    p.add_argument("role", choices=("producer", "consumer", "final"))
+    p.add_argument("role", choices=("producer", "consumer", "final", "pipeline"))
     p.add_argument("--bootstrap", required=True)
     p.add_argument("--client", default="confluent",
                    choices=("confluent", "kafka-python", "aiokafka", "raw"),
@@ -385,6 +403,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--abort-ratio", type=float, default=0.2,
                    help="with --transactions: the share of transactions aborted on purpose")
     p.add_argument("--transaction-timeout-ms", type=int, default=10000)
+    # pipeline (reads --partitions as its group --group)
+    p.add_argument("--output", default="", help="the pipeline's output topic")
+    p.add_argument("--output-partitions", type=int, default=1)
     # consumers
     p.add_argument("--poll-timeout", type=float, default=0.2)
     p.add_argument("--max-records", type=int, default=500)
@@ -405,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     out = Out()
     stop = Stopper(a.duration, a.stdin_stop)
-    run = {"producer": run_producer, "consumer": run_consumer, "final": run_final}[a.role]
+    run = {"producer": run_producer, "consumer": run_consumer, "final": run_final,
+           "pipeline": run_pipeline}[a.role]
     try:
         return run(a, out, stop)
     except KeyboardInterrupt:

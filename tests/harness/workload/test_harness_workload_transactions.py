@@ -72,3 +72,61 @@ def test_the_abort_ratio_decides_the_intent():
     _, events = _run([("ok", {})] * 50, abort_ratio=0.5)
     intents = [e["intent"] for e in events if e.get("f") == "txn"]
     assert 10 < intents.count("abort") < 40 and intents.count("commit") > 10
+
+
+class FakePipe:
+    """Two rounds of the same input (the first transaction aborts, so its
+    inputs come again); its producer never turns fatal."""
+
+    group = "g"
+
+    def __init__(self):
+        self.tx = FakeProducer([("ok", {}), ("ok", {})])
+        self.rounds = [{("in", 0): [[0, 11], [1, 12]]}, {("in", 0): [[0, 11], [1, 12]]}]
+        self.position = {}
+        self.rewinds = 0
+
+    @property
+    def fatal(self):
+        return None
+
+    def rewind(self):
+        self.rewinds += 1
+
+    def read(self, timeout):
+        return self.rounds.pop(0) if self.rounds else {}
+
+    def high_watermark(self, tp):
+        return 2
+
+    def send_offsets(self, offsets):
+        return "ok", {}
+
+    def committed(self):
+        return {("in", 0): self.position.get(("in", 0), -1)}
+
+
+def test_the_pipeline_writes_one_output_per_input_and_sends_its_offsets():
+    from harness.workload import pipeline
+    pipe = FakePipe()
+    pipe.tx.flush = lambda timeout: [d("ok", {"offset": i}) for i, d in
+                                     enumerate(pipe.tx.pending)] and 0
+    events = []
+    rng = random.Random(0)
+    rng.random = iter([0.0, 0.9]).__next__            # abort, then commit (ratio 0.5)
+    calls = iter(range(100))
+    pipeline.run(pipe, "out", 1, 5, 10**9, 0.5, lambda **e: events.append(e),
+                 lambda: next(calls) > 2, rng)
+    sends = [e for e in events if e.get("f") == "send"]
+    assert [s["source"]["value"] for s in sends] == [11, 12, 11, 12]
+    assert {s["topic"] for s in sends} == {"out"}
+    ends = [(e["txn"], e["intent"], e["type"]) for e in events
+            if "intent" in e and e["type"] != "invoke"]
+    assert ends == [("w5/1", "abort", "ok"), ("w5/2", "commit", "ok")]
+    assert pipe.rewinds == 2            # at the start, and after the abort
+    commits = [e for e in events if e.get("kind") == "commit"]
+    assert [(c["outcome"], c["txn"]) for c in commits] == [
+        ("invoke", "w5/1"), ("ok", "w5/1"), ("invoke", "w5/2"), ("ok", "w5/2")]
+    assert [e for e in events if e.get("kind") == "committed"] == [
+        {"type": "group", "kind": "committed", "group": "g", "topic": "in", "partition": 0,
+         "offset": 2}]
