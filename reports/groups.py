@@ -58,13 +58,20 @@ def read_groups(run_dir: str | Path) -> list[dict] | None:
     return sorted(out, key=lambda e: e["seq"])
 
 
+def _group_commit(ev: dict) -> bool:
+    """A member's commit. Offsets sent to a transaction (`txn`) are not: they
+    count only if it commits, which eos-missing and eos-duplicate judge
+    (docs/anomalies.md, "Transactions")."""
+    return ev.get("kind") == "commit" and ev.get("txn") is None
+
+
 def commits(events: list[dict]) -> list[Commit]:
     """Every (commit attempt, partition): the offsets of an `ok` as it was
     acknowledged, else as invoked."""
     invokes: dict[tuple, dict] = {}
     done: dict[tuple, dict] = {}
     for ev in events:
-        if ev.get("kind") != "commit":
+        if not _group_commit(ev):
             continue
         key = (ev.get("member"), ev.get("commit"))
         if ev.get("type") == "invoke":
@@ -173,6 +180,6 @@ def status(events: list[dict] | None) -> str:
     """summary.json `oracles` of every group type: "checked", or why not."""
     if events is None:
         return "no input: no consumer group in the run (no groups.jsonl)"
-    if not any(e.get("kind") == "commit" for e in events):
-        return "no input: the group made no commit"
+    if not any(_group_commit(e) for e in events):
+        return "no input: the group made no commit (outside transactions)"
     return "checked"

@@ -23,7 +23,8 @@ from typing import Iterator
 from reports.errors import HistoryError, HistoryWarning
 from reports.incarnations import Incarnations, attribution, renamed
 from reports.observations import read_incarnations
-from reports.schema import FIELDS, FORMAT_VERSION, MSG_NOT_JSON, event_problem, normalize_event
+from reports.schema import (FIELDS, FORMAT_VERSION, MSG_NOT_JSON, SOURCE_FIELDS, event_problem,
+                            normalize_event)
 
 HISTORY_FILE = "history.jsonl"
 HISTORY_DIR = "history"
@@ -246,6 +247,9 @@ def _check_parquet_schema(path: Path) -> None:
         "bool": pa.types.is_boolean,
         "records": lambda t: listof(t, lambda u: listof(u, lambda v: integer(v, 64))),
         "strings": lambda t: listof(t, string),
+        "source": lambda t: pa.types.is_struct(t) and all(
+            allowed[k](t.field(n).type) or pa.types.is_null(t.field(n).type)
+            for n, k in SOURCE_FIELDS if t.get_field_index(n) >= 0),
     }
     for name, kind in FIELDS:
         if name in schema.names:

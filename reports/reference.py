@@ -9,13 +9,14 @@ tests hold them to that.
 
 from __future__ import annotations
 
-from reports import invariants
+from reports import invariants, transactions
 from reports.groups import status as group_status
 from reports.observations import annotate_windows, checked
 from reports.readers import RunInput, open_run
 from reports.reference_analysis import analyze, latency, promises, timeline, windows
 from reports.registry import ANOMALIES
-from reports.summary import DEFAULT_MAX_INSTANCES, GROUP_TYPES, Findings, final_reads_complete
+from reports.summary import (DEFAULT_MAX_INSTANCES, GROUP_TYPES, TRANSACTION_TYPES, Findings,
+                             final_reads_complete)
 
 
 def check(run, max_instances: int | None = DEFAULT_MAX_INSTANCES) -> Findings:
@@ -52,4 +53,5 @@ def check(run, max_instances: int | None = DEFAULT_MAX_INSTANCES) -> Findings:
         final_complete=bool(a.partitions) and final_reads_complete(a.partitions))
     f.oracles.update(dict.fromkeys(GROUP_TYPES, group_status(a.groups)))
     f.oracles.update(invariants.status(a.observed, promises(a)))
+    f.oracles.update(transactions.status(TRANSACTION_TYPES, run.run_json, a.groups))
     return f

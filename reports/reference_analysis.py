@@ -21,13 +21,14 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from reports import invariants, observations
+from reports import invariants, observations, transactions
 from reports.figures import (CLIENT_FUNCTIONS, NS_PER_SECOND, PERCENTILES, empty_counts,
                              fault_windows, nearest_rank)
 from reports.groups import commit_regressions, final_commits, read_groups, resume_candidates
 from reports.incarnations import Incarnations, split
 from reports.observations import Observed, read_incarnations, read_observations
 from reports.readers import RunInput, iter_judged_events
+from reports.transactions import ABORTED, COMMITTED, READ_COMMITTED
 
 
 @dataclass
@@ -54,6 +55,22 @@ class _Op:
     error: str | None = None
     node: str | None = None  # send: the producer instance
     group: str | None = None  # poll: the consumer group of its member
+    txn: str | None = None  # send, poll, txn: its transaction
+    intent: str | None = None  # txn: commit or abort
+    isolation: str | None = None  # poll
+    source: dict | None = None  # send of a pipeline: the input it was made from
+
+
+@dataclass
+class _Txn:
+    """One transaction of a transactional run: its outcome, when its commit
+    was first invoked, its last event's witness and its sends (all outcomes),
+    in the order they were invoked."""
+
+    status: str
+    commit_invoked: int | None
+    end: tuple
+    sends: list
 
 
 @dataclass
@@ -107,6 +124,9 @@ class Analysis:
     idem_sends: dict              # (topic, partition, node) of an idempotent producer -> its ok sends
     group_reads: dict             # (group, topic, partition) -> values its members' polls returned
     final_at: dict                # tp -> value -> the lowest offset final reads returned it at
+    txns: dict                    # txn -> _Txn (a transactional run's; else empty)
+    rc_reads: dict                # tp -> value -> offset -> first read_committed read's witness
+    pipeline: dict | None         # run.json workload.pipeline of a transactional run
     partitions: list              # summary.json's final_reads.partitions
     max_read: dict                # tp -> the highest offset any read returned (None: none)
     complete: dict                # tp -> final high watermark, of partitions whose final reads completed
@@ -147,6 +167,10 @@ class _Pass:
         self.idem_sends: dict[tuple, list[_Op]] = defaultdict(list)
         self.group_reads: dict[tuple, set] = defaultdict(set)
         self.final_at: dict[tuple, dict[int, int]] = defaultdict(dict)
+        self.transactional = transactions.transactional(run.run_json)
+        self.txn_ops: dict[str, list[_Op]] = defaultdict(list)    # txn -> its txn ops
+        self.txn_sends: dict[str, list[_Op]] = defaultdict(list)  # txn -> its sends
+        self.rc_reads: dict[tuple, dict[int, dict[int, tuple]]] = defaultdict(dict)
         # topics deleted and created again: their ops come renamed by incarnation
         self.incarnations = read_incarnations(run.run_dir)
 
@@ -160,7 +184,8 @@ class _Pass:
         if ev["type"] == "invoke":
             op = _Op(ev["f"], ev["op"], ev["process"], *tp, value=ev["value"],
                      inv_index=ev["index"], inv_time=ev["time"], final=bool(ev["final"]),
-                     node=ev["node"] if ev["f"] == "send" else None)
+                     node=ev["node"] if ev["f"] == "send" else None, txn=ev["txn"],
+                     intent=ev["intent"], isolation=ev["isolation"], source=ev["source"])
             if ev["f"] == "poll":
                 op.position, op.group = ev["offset"], ev["group"]
                 self._poll_invoked(tp, op)
@@ -176,6 +201,11 @@ class _Pass:
         op.final = op.final or bool(ev["final"])
         op.error = ev["error"]
         op.group = op.group or ev["group"]
+        for name in ("txn", "intent", "isolation", "source"):
+            setattr(op, name, getattr(op, name) or ev[name])
+        if op.f == "txn":  # (not a send or poll: no counts, no partition)
+            self.txn_ops[op.txn].append(op)
+            return
         if ev["type"] == "ok":
             if ev["f"] == "send":
                 op.ack = ev["offset"]
@@ -220,6 +250,8 @@ class _Pass:
 
     def _send_done(self, tp, op: _Op) -> None:
         self.sends[tp][op.value] = op
+        if op.txn is not None:
+            self.txn_sends[op.txn].append(op)
         if op.outcome == "ok" and op.node not in self.weak:
             # (an acks=1 acknowledgement binds no offset: the leader alone had it)
             self._seen_at(tp, op.ack, op.value, (op.comp_index, op.comp_time, op.op, op.process))
@@ -252,9 +284,9 @@ class _Pass:
                 at[value] = min(offset, at.get(value, offset))
             elif op.group is not None:
                 self.group_reads[(op.group, *tp)].add(value)
-            offsets = self.reads[tp].setdefault(value, {})
-            if offset not in offsets:
-                offsets[offset] = witness
+            _first(self.reads[tp], value, offset, witness)
+            if self.transactional and (op.isolation == READ_COMMITTED or op.final):
+                _first(self.rc_reads[tp], value, offset, witness)
             self._seen_at(tp, offset, value, witness)
 
     def _check_sequence(self, tp, process, seq: _Seq, offset, op: _Op) -> None:
@@ -293,10 +325,15 @@ class _Pass:
 
     def finish(self) -> Analysis:
         for op in self.pending.values():  # invoked, never completed: outcome unknown
+            if op.f == "txn":
+                self.txn_ops[op.txn].append(op)
+                continue
             self._count(op)
             self._partition_update(op)
             if op.f == "send":
                 self.sends[(op.topic, op.partition)].setdefault(op.value, op)
+                if op.txn is not None:
+                    self.txn_sends[op.txn].append(op)
         partitions = [
             {"topic": t, "partition": p, **stats.__dict__}
             | ({"deleted": True} if self.incarnations.is_deleted(t) else {})
@@ -311,12 +348,48 @@ class _Pass:
             sends=self.sends, reads=self.reads, at_offset=self.at_offset, acked_at=self.acked_at,
             nonmonotonic=self.nonmonotonic, skip_candidates=self.skip_candidates,
             uncommitted=self.uncommitted, exact_polls=self.exact_polls, idem_sends=self.idem_sends,
-            group_reads=self.group_reads, final_at=self.final_at, partitions=partitions,
+            group_reads=self.group_reads, final_at=self.final_at,
+            txns=self._txns() if self.transactional else {}, rc_reads=self.rc_reads,
+            pipeline=transactions.pipeline(run.run_json), partitions=partitions,
             max_read={(p["topic"], p["partition"]): p["max_read_offset"] for p in partitions},
             complete={(p["topic"], p["partition"]): p["final_high_watermark"]
                       for p in partitions if p["final_complete"]},
             counts=self.counts, latencies=self.latencies, per_second=self.per_second,
             completions=self.completions, errors=self.errors, nemesis=self.nemesis)
+
+    def _txns(self) -> dict[str, _Txn]:
+        """Each transaction that sent something: its outcome (transactions.py), the
+        first invocation of its commit, the witness of its last event (its txn
+        op's completion, as a rule) and its sends in invocation order."""
+        out = {}
+        for txn, sends in self.txn_sends.items():
+            ends = self.txn_ops.get(txn, [])
+            last = max(sends + ends, key=_last_index)
+            out[txn] = _Txn(
+                status=transactions.outcome([(o.intent, o.outcome) for o in ends]),
+                commit_invoked=min((o.inv_index for o in ends
+                                    if o.intent == transactions.COMMIT and o.inv_index is not None),
+                                   default=None),
+                end=(_last_index(last), last.comp_time if last.comp_index is not None else last.inv_time,
+                     last.op, last.process),
+                sends=sorted(sends, key=_invoked_order))
+        return out
+
+
+def _last_index(op: _Op) -> int:
+    """The index of an op's last event."""
+    return op.comp_index if op.comp_index is not None else op.inv_index
+
+
+def _invoked_order(op: _Op) -> int:
+    return op.inv_index if op.inv_index is not None else op.comp_index
+
+
+def _first(reads: dict, value, offset, witness) -> None:
+    """Keep the first witness of (value, offset) in reads (value -> offset -> witness)."""
+    offsets = reads.setdefault(value, {})
+    if offset not in offsets:
+        offsets[offset] = witness
 
 
 def _final_poll_complete(records, high_watermark, position) -> bool:
@@ -348,8 +421,15 @@ def _unread_acks(a: Analysis):
             continue
         read = a.reads.get(tp, {})
         for value, op in sends.items():
-            if op.outcome == "ok" and value not in read:
+            if op.outcome == "ok" and value not in read and _may_be_visible(a, op):
                 yield tp, value, op
+
+
+def _may_be_visible(a: Analysis, op: _Op) -> bool:
+    """Not the send of a transaction that aborted or whose outcome is unknown:
+    only committed transactions' values must be read."""
+    txn = a.txns.get(op.txn)
+    return txn is None or txn.status == COMMITTED
 
 
 def _unread(tp, value, op: _Op) -> dict:
@@ -466,8 +546,14 @@ def nonmonotonic_poll(a: Analysis) -> list[dict]:
 
 
 def poll_skip(a: Analysis) -> list[dict]:
-    """A gap a < b is a poll-skip when some read or ack shows a value strictly between."""
-    known = {tp: sorted(offsets) for tp, offsets in a.at_offset.items()}
+    """A gap a < b is a poll-skip when some read or ack shows a value strictly
+    between; in a transactional run, not one of a transaction that did not
+    commit (a read_committed consumer skips those, and markers hold none)."""
+    hidden = {(tp, value) for tp, sends in a.sends.items() for value, op in sends.items()
+              if not _may_be_visible(a, op)}
+    known = {tp: sorted(o for o, values in offsets.items()
+                        if any((tp, v) not in hidden for v in values))
+             for tp, offsets in a.at_offset.items()}
     out = []
     for c in a.skip_candidates:
         offs = known.get((c["topic"], c["partition"]), [])
@@ -628,6 +714,142 @@ def group_skipped(a: Analysis) -> list[dict]:
                 out.append({"topic": tp[0], "partition": tp[1], "group": fc["group"],
                             "value": value, "offset": at, "committed": fc["offset"],
                             "index": fc["index"], "time": fc["time"]})
+    return out
+
+
+# -- transactions (reports/transactions.py): only a transactional run has any -----------------
+
+def _txn_reads(a: Analysis):
+    """(instance, transaction) per (value, offset) a read at read_committed
+    returned, of a value sent in a transaction, with the first such read."""
+    for tp, values in a.rc_reads.items():
+        sends = a.sends.get(tp, {})
+        for value, offsets in values.items():
+            send = sends.get(value)
+            txn = None if send is None else a.txns.get(send.txn)
+            if txn is None:
+                continue
+            for offset, (idx, time, op, process) in offsets.items():
+                yield ({"topic": tp[0], "partition": tp[1], "value": value, "offset": offset,
+                        "txn": send.txn, "send_op": send.op, "index": idx, "time": time, "op": op,
+                        "process": process}, txn)
+
+
+def aborted_txn_read(a: Analysis) -> list[dict]:
+    return [inst for inst, txn in _txn_reads(a) if txn.status == ABORTED]
+
+
+def precommitted_read(a: Analysis) -> list[dict]:
+    """The first read at read_committed of (value, offset) completed before
+    the value's transaction invoked its commit."""
+    return [{**inst, "commit_index": txn.commit_invoked} for inst, txn in _txn_reads(a)
+            if txn.commit_invoked is not None and inst["index"] < txn.commit_invoked]
+
+
+def torn_txn(a: Analysis) -> list[dict]:
+    """Transactions whose ok sends to partitions with complete final reads
+    the final reads returned in part; named by the partition of the
+    smallest missing value, witnessed by the transaction's last event."""
+    out = []
+    for name, txn in a.txns.items():
+        judged = [op for op in txn.sends if op.outcome == "ok" and (op.topic, op.partition) in a.complete]
+        read = [op.value in a.final_at.get((op.topic, op.partition), {}) for op in judged]
+        present = sorted(op.value for op, r in zip(judged, read) if r)
+        missing = sorted((op for op, r in zip(judged, read) if not r), key=lambda op: op.value)
+        if present and missing:
+            idx, time, op, process = txn.end
+            out.append({"topic": missing[0].topic, "partition": missing[0].partition, "txn": name,
+                        "status": txn.status, "present": present, "missing": [m.value for m in missing],
+                        "index": idx, "time": time, "op": op, "process": process})
+    return out
+
+
+def _landed(a: Analysis, op: _Op) -> tuple[int, int | None]:
+    """Where an ok send landed: its acknowledged offset, and the lowest offset
+    a read at read_committed returned its value at in its partition (None: none)."""
+    read = a.rc_reads.get((op.topic, op.partition), {}).get(op.value)
+    return op.ack, (min(read) if read else None)
+
+
+def txn_reorder(a: Analysis) -> list[dict]:
+    """A transaction's ok sends to a partition, in the order it invoked them,
+    land at increasing offsets: as acknowledged, and as read at read_committed."""
+    out = []
+    for name, txn in a.txns.items():
+        by_tp = defaultdict(list)
+        for op in txn.sends:
+            if op.outcome == "ok":
+                by_tp[(op.topic, op.partition)].append(op)
+        for ops in by_tp.values():
+            for x, y in zip(ops, ops[1:]):
+                (ack_x, read_x), (ack_y, read_y) = _landed(a, x), _landed(a, y)
+                if ack_y < ack_x:
+                    seen, offsets = "acknowledged", (ack_x, ack_y)
+                elif read_x is not None and read_y is not None and read_y < read_x:
+                    seen, offsets = "read", (read_x, read_y)
+                else:
+                    continue
+                out.append({"topic": y.topic, "partition": y.partition, "txn": name,
+                            "value": y.value, "offset": offsets[1], "previous_value": x.value,
+                            "previous_offset": offsets[0], "seen": seen, "process": y.process,
+                            "op": y.op, "previous_op": x.op, "index": y.comp_index,
+                            "time": y.comp_time})
+    return out
+
+
+def _outputs(a: Analysis) -> dict[tuple, dict]:
+    """The pipeline's outputs read at read_committed, by their source:
+    (topic, partition, value) of the input -> output value -> (the first
+    read_committed read of the output in its partition, the source's offset)."""
+    out: dict[tuple, dict] = defaultdict(dict)
+    for tp, values in a.rc_reads.items():
+        sends = a.sends.get(tp, {})
+        for value, offsets in values.items():
+            send = sends.get(value)
+            if send is not None and send.source is not None:
+                src = send.source
+                out[(src["topic"], src["partition"], src["value"])][value] = (
+                    min(offsets.values()), src["offset"])
+    return out
+
+
+def eos_missing(a: Analysis) -> list[dict]:
+    """Inputs the complete final reads returned below the group's final
+    committed offset that no output read at read_committed came from."""
+    if a.pipeline is None:
+        return []
+    made = _outputs(a)
+    out = []
+    for tp, ev in transactions.committed_offsets(a.groups, a.pipeline).items():
+        if tp not in a.complete:
+            continue
+        for value, offset in a.final_at.get(tp, {}).items():
+            if offset < ev["offset"] and (*tp, value) not in made:
+                out.append({"topic": tp[0], "partition": tp[1], "value": value, "offset": offset,
+                            "group": a.pipeline["group"], "committed": ev["offset"],
+                            "index": ev["index"], "time": ev["time"]})
+    return out
+
+
+def eos_duplicate(a: Analysis) -> list[dict]:
+    """Inputs two outputs read at read_committed came from, or one while the
+    input is at or past the group's final committed offset; witnessed by the
+    first read of the second output to be read (of the only one)."""
+    if a.pipeline is None:
+        return []
+    committed = transactions.committed_offsets(a.groups, a.pipeline)
+    out = []
+    for (topic, partition, value), outputs in _outputs(a).items():
+        offset = min(o for _w, o in outputs.values())
+        ev = committed.get((topic, partition))
+        at = None if ev is None else ev["offset"]
+        if len(outputs) < 2 and (at is None or offset < at):
+            continue
+        firsts = sorted((w, v) for v, (w, _o) in outputs.items())
+        idx, time, op, process = firsts[min(1, len(firsts) - 1)][0]
+        out.append({"topic": topic, "partition": partition, "value": value, "offset": offset,
+                    "outputs": sorted(outputs), "group": a.pipeline["group"], "committed": at,
+                    "index": idx, "time": time, "op": op, "process": process})
     return out
 
 

@@ -30,6 +30,7 @@ HISTORY = "history"              # the history alone
 OBSERVATIONS = "observations"    # what the harness observed of the cluster (observations.jsonl)
 GROUPS = "groups"                # consumer groups' commits and rebalances (groups.jsonl)
 INCARNATIONS = "incarnations"    # topics deleted and created again (observations.jsonl)
+TRANSACTIONS = "transactions"    # a transactional run's txn fields (and its pipeline's groups.jsonl)
 
 
 # -- when a type is fatal: f(findings, final reads complete) -> bool ----------------------
@@ -99,7 +100,7 @@ class Anomaly:
     name: str
     title: str                                  # the report's "meaning" of the type
     fatal: Callable[..., bool]                  # (findings, final reads complete) -> fatal?
-    evidence: str                               # HISTORY, OBSERVATIONS, GROUPS or INCARNATIONS
+    evidence: str                               # HISTORY, OBSERVATIONS, GROUPS, INCARNATIONS or TRANSACTIONS
     order: Callable[[dict], tuple]              # sort key of an instance
     context: Context                            # what the report fetches around an instance
     line: Callable[[dict], str]                 # the report's line for an instance
@@ -135,6 +136,11 @@ def _duplicate(a: dict) -> str:
     if a.get("resent"):
         text += ": the client sent it again as a new write"
     return text
+
+
+def _torn(a: dict) -> str:
+    return (f"{_tp(a)}: transaction {a['txn']} ({a['status']}): final reads returned "
+            f"{', '.join(map(str, a['present']))}, not {', '.join(map(str, a['missing']))}")
 
 
 def _inconsistent(a: dict) -> str:
@@ -476,6 +482,81 @@ ANOMALIES: tuple[Anomaly, ...] = (
                         f"committed {a['committed']}; offset {a['skipped']} never polled by the group"),
         reference=ref.resume_past_commit,
         spark=sp.resume_past_commit,
+    ),
+    # Transactions (reports/transactions.py): judged in a run whose run.json says
+    # workload.transactions, else summary.json `oracles` says `no input`.
+    Anomaly(
+        name="aborted-txn-read",
+        title="a read_committed read returned a value of an aborted transaction",
+        fatal=always,
+        evidence=TRANSACTIONS,
+        order=by("topic", "partition", "value", "offset"),
+        context=OF_READS,
+        line=lambda a: f"{_read_by(a)}: its transaction {a['txn']} aborted",
+        reference=ref.aborted_txn_read,
+        spark=sp.aborted_txn_read,
+    ),
+    Anomaly(
+        name="torn-txn",
+        title="the final log holds some of a transaction's values and not the others",
+        fatal=always,
+        evidence=TRANSACTIONS,
+        order=by("topic", "partition", "txn"),
+        context=NOTHING,
+        line=_torn,
+        reference=ref.torn_txn,
+        spark=sp.torn_txn,
+    ),
+    Anomaly(
+        name="precommitted-read",
+        title="a read_committed read returned a value before its transaction's commit was invoked",
+        fatal=always,
+        evidence=TRANSACTIONS,
+        order=by("topic", "partition", "value", "offset"),
+        context=OF_READS,
+        line=lambda a: (f"{_read_by(a)} at index {a['index']}, before transaction {a['txn']} "
+                        f"invoked its commit (index {a['commit_index']})"),
+        reference=ref.precommitted_read,
+        spark=sp.precommitted_read,
+    ),
+    Anomaly(
+        name="txn-reorder",
+        title="a transaction's writes to a partition landed out of the order it sent them",
+        fatal=always,
+        evidence=TRANSACTIONS,
+        order=by("topic", "partition", "txn", "index"),
+        context=Context(ops=("previous_op", "op")),
+        line=lambda a: (f"{_tp(a)}: transaction {a['txn']} sent {a['previous_value']} then {a['value']}, "
+                        f"{a['seen']} at offsets {a['previous_offset']} then {a['offset']}"),
+        reference=ref.txn_reorder,
+        spark=sp.txn_reorder,
+    ),
+    Anomaly(
+        name="eos-missing",
+        title="a pipeline input below its group's committed offset has no output read at read_committed",
+        fatal=once_final_reads_complete,
+        evidence=TRANSACTIONS,
+        order=by("topic", "partition", "offset", "value"),
+        context=Context(reads_at="offset", note="the input"),
+        line=lambda a: (f"{_tp(a)}: input value {a['value']} at offset {a['offset']}, below group "
+                        f"{a['group']}'s committed offset {a['committed']}, has no output read at "
+                        f"read_committed"),
+        reference=ref.eos_missing,
+        spark=sp.eos_missing,
+    ),
+    Anomaly(
+        name="eos-duplicate",
+        title=("a pipeline input has two outputs read at read_committed, or one while its offset "
+               "was not committed"),
+        fatal=always,
+        evidence=TRANSACTIONS,
+        order=by("topic", "partition", "value"),
+        context=Context(ops=("op",)),
+        line=lambda a: (f"{_tp(a)}: input value {a['value']} at offset {a['offset']} has outputs "
+                        f"{', '.join(map(str, a['outputs']))} read at read_committed (group "
+                        f"{a['group']} committed {a['committed']})"),
+        reference=ref.eos_duplicate,
+        spark=sp.eos_duplicate,
     ),
 )
 

@@ -13,7 +13,9 @@ import json
 FORMAT_VERSION = 1
 
 TYPES = ("invoke", "ok", "fail", "info")
-FUNCTIONS = ("send", "poll", "nemesis")
+FUNCTIONS = ("send", "poll", "txn", "nemesis")
+INTENTS = ("commit", "abort")  # a txn op's `intent`
+ISOLATIONS = ("read_committed", "read_uncommitted")  # a poll's `isolation`
 PHASES = ("start", "stop")
 NEMESIS_PROCESS = -1
 
@@ -21,7 +23,8 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 # (name, kind) in the order of history-format.md. Kinds: long, int, string,
-# bool, records (array of [long, long]), strings (array of string).
+# bool, records (array of [long, long]), strings (array of string), source
+# (an object: SOURCE_FIELDS).
 FIELDS: tuple[tuple[str, str], ...] = (
     ("index", "long"),
     ("time", "long"),
@@ -45,8 +48,18 @@ FIELDS: tuple[tuple[str, str], ...] = (
     # chaoslog's compatible extension (docs/history-format.md, "Extensions")
     ("log_start_offset", "long"),
     ("group", "string"),  # a poll of a consumer group's member (groups.jsonl)
+    # transactions (docs/history-format.md, "Transactions")
+    ("txn", "string"),
+    ("intent", "string"),
+    ("isolation", "string"),
+    ("source", "source"),
 )
 FIELD_NAMES = tuple(name for name, _ in FIELDS)
+# A pipeline output's `source`: the input record it was made from.
+SOURCE_FIELDS: tuple[tuple[str, str], ...] = (
+    ("topic", "string"), ("partition", "int"), ("offset", "long"), ("value", "long"))
+# Fields whose value, when present, is one of a few names: (field, names).
+NAMED = (("intent", INTENTS), ("isolation", ISOLATIONS))
 
 # Fields every event carries.
 REQUIRED_ALWAYS = ("index", "time", "process", "op", "type", "f")
@@ -61,11 +74,14 @@ REQUIRED_BY_KIND: tuple[tuple[str, str | None, tuple[str, ...]], ...] = (
     ("send", "ok", ("value", "offset")),
     ("poll", "ok", ("records", "high_watermark")),
     ("nemesis", None, ("fault", "phase")),
+    ("txn", None, ("txn",)),
+    ("txn", "invoke", ("intent",)),
 )
 
 CORRUPT_COLUMN = "_corrupt_record"
 MSG_NOT_JSON = "not a JSON object with v1 event fields of the right types"
 MSG_RECORDS = "records must be [offset, value] pairs of integers"
+MSG_SOURCE = "source must name topic, partition, offset and value"
 
 
 def msg_missing(name: str, f: str | None, type_: str | None) -> str:
@@ -94,6 +110,39 @@ def _is_int(value, lo=INT64_MIN, hi=INT64_MAX) -> bool:
     return type(value) is int and lo <= value <= hi
 
 
+_BAD = object()  # a value of the wrong type
+
+
+def _normal(kind: str, v):
+    """A present JSON value of a field of `kind`, as Spark reads it, or _BAD."""
+    if kind == "long":
+        return v if _is_int(v) else _BAD
+    if kind == "int":
+        return v if _is_int(v, INT32_MIN, INT32_MAX) else _BAD
+    if kind == "bool":
+        return v if type(v) is bool else _BAD
+    if kind == "string":
+        return _as_string(v)
+    if kind == "strings":
+        return [_as_string(x) for x in v] if isinstance(v, list) else _BAD
+    if kind == "records":
+        if not isinstance(v, list):
+            return _BAD
+        for r in v:
+            if r is not None and not isinstance(r, list):
+                return _BAD
+            for x in r or ():
+                if x is not None and not _is_int(x):
+                    return _BAD
+        return v
+    if kind == "source":
+        if not isinstance(v, dict):
+            return _BAD
+        out = {name: None if v.get(name) is None else _normal(k, v[name]) for name, k in SOURCE_FIELDS}
+        return _BAD if any(x is _BAD for x in out.values()) else out
+    raise ValueError(kind)
+
+
 def normalize_event(raw) -> dict | None:
     """Type-check a parsed JSON line; return the event dict, or None if malformed.
 
@@ -106,34 +155,9 @@ def normalize_event(raw) -> dict | None:
     ev = {}
     for name, kind in FIELDS:
         v = raw.get(name)
-        if v is None:
-            ev[name] = None
-            continue
-        if kind == "long":
-            if not _is_int(v):
-                return None
-        elif kind == "int":
-            if not _is_int(v, INT32_MIN, INT32_MAX):
-                return None
-        elif kind == "bool":
-            if type(v) is not bool:
-                return None
-        elif kind == "string":
-            v = _as_string(v)
-        elif kind == "strings":
-            if not isinstance(v, list):
-                return None
-            v = [_as_string(x) for x in v]
-        elif kind == "records":
-            if not isinstance(v, list):
-                return None
-            for r in v:
-                if r is not None and not isinstance(r, list):
-                    return None
-                for x in r or ():
-                    if x is not None and not _is_int(x):
-                        return None
-        ev[name] = v
+        ev[name] = None if v is None else _normal(kind, v)
+        if ev[name] is _BAD:
+            return None
     return ev
 
 
@@ -146,6 +170,9 @@ def event_problem(ev: dict) -> str | None:
         return msg_unknown("type", ev["type"])
     if ev["f"] not in FUNCTIONS:
         return msg_unknown("f", ev["f"])
+    for name, names in NAMED:
+        if ev.get(name) is not None and ev[name] not in names:
+            return msg_unknown(name, ev[name])
     for f, type_, names in REQUIRED_BY_KIND:
         if ev["f"] == f and (type_ is None or ev["type"] == type_):
             for name in names:
@@ -156,6 +183,9 @@ def event_problem(ev: dict) -> str | None:
         for r in recs:
             if r is None or len(r) != 2 or r[0] is None or r[1] is None:
                 return MSG_RECORDS
+    src = ev.get("source")
+    if src is not None and any(x is None for x in src.values()):
+        return MSG_SOURCE
     return None
 
 
@@ -175,6 +205,7 @@ def spark_schema(with_corrupt: bool):
         "records": T.ArrayType(T.ArrayType(T.LongType())),
         "strings": T.ArrayType(T.StringType()),
     }
+    kinds["source"] = T.StructType([T.StructField(name, kinds[kind], True) for name, kind in SOURCE_FIELDS])
     fields = [T.StructField(name, kinds[kind], True) for name, kind in FIELDS]
     if with_corrupt:
         fields.append(T.StructField(CORRUPT_COLUMN, T.StringType(), True))
@@ -194,6 +225,7 @@ def arrow_schema():
         "records": pa.list_(pa.list_(pa.int64())),
         "strings": pa.list_(pa.string()),
     }
+    kinds["source"] = pa.struct([(name, kinds[kind]) for name, kind in SOURCE_FIELDS])
     return pa.schema([(name, kinds[kind]) for name, kind in FIELDS])
 
 
@@ -209,6 +241,9 @@ def spark_problem_column():
         F.when(~c("type").isin(*TYPES), F.concat(F.lit("unknown type '"), c("type"), F.lit("'")))
     )
     checks.append(F.when(~c("f").isin(*FUNCTIONS), F.concat(F.lit("unknown f '"), c("f"), F.lit("'"))))
+    for name, names in NAMED:
+        checks.append(F.when(~c(name).isin(*names),
+                             F.concat(F.lit(f"unknown {name} '"), c(name), F.lit("'"))))
     for f, type_, names in REQUIRED_BY_KIND:
         kind = c("f") == f
         if type_ is not None:
@@ -219,4 +254,15 @@ def spark_problem_column():
         "records", lambda r: r.isNull() | (F.size(r) != 2) | F.exists(r, lambda x: x.isNull())
     )
     checks.append(F.when(c("records").isNotNull() & bad_record, F.lit(MSG_RECORDS)))
+    checks.append(F.when(source_incomplete(), F.lit(MSG_SOURCE)))
     return F.coalesce(*checks)
+
+
+def source_incomplete():
+    """A boolean column: the event has a `source` without one of its fields (else false or null)."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    return F.col("source").isNotNull() & reduce(
+        lambda a, b: a | b, [F.col(f"source.{name}").isNull() for name, _ in SOURCE_FIELDS])

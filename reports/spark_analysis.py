@@ -44,6 +44,11 @@ The plan, in the words of the definitions (all "per topic-partition"):
   gaps + known offsets --(window per partition, by offset)--> poll-skip
   ops --(group by function and second)--> timeline, latency percentiles
   ops + fault windows --(group by error)--> errors, what failed in each window
+  events of transactional runs --(filter: those carrying txn, isolation or
+                        source; group by op; with the ops; cached)--> each
+                        transaction's outcome and sends, and the reads at
+                        read_committed as pairs: the transaction types;
+                        lost and unseen leave out uncommitted values
 
 Why it is shaped like this (a 2-core machine, >= 250k events/s the goal):
 the input is read in full once, for the ops; the reads pass reads only the
@@ -72,7 +77,7 @@ from dataclasses import dataclass, field
 from functools import reduce
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
-from reports import invariants, observations
+from reports import invariants, observations, transactions as txns
 from reports.errors import HistoryError
 from reports.figures import (CLIENT_FUNCTIONS, NS_PER_SECOND, PERCENTILES, empty_counts,
                              fault_windows)
@@ -83,9 +88,11 @@ from reports.readers import RunInput, first_problem
 from reports.schema import (
     CORRUPT_COLUMN,
     FUNCTIONS,
+    NAMED,
     REQUIRED_ALWAYS,
     REQUIRED_BY_KIND,
     TYPES,
+    source_incomplete,
     spark_problem_column,
     spark_schema,
 )
@@ -97,8 +104,8 @@ if TYPE_CHECKING:
 T_INVOKE, T_FAIL, T_INFO, T_OK = 0, 1, 2, 3
 TYPE_CODES = {"invoke": T_INVOKE, "fail": T_FAIL, "info": T_INFO, "ok": T_OK}
 OUTCOMES = {T_FAIL: "fail", T_INFO: "info", T_OK: "ok"}
-F_SEND, F_POLL, F_NEMESIS = 0, 1, 2
-F_CODES = {"send": F_SEND, "poll": F_POLL, "nemesis": F_NEMESIS}
+F_SEND, F_POLL, F_NEMESIS, F_TXN = 0, 1, 2, 3
+F_CODES = {"send": F_SEND, "poll": F_POLL, "nemesis": F_NEMESIS, "txn": F_TXN}
 F_NAMES = {F_SEND: "send", F_POLL: "poll"}
 # An unknown name codes as -1, which validation rejects: the codes must name every valid one.
 assert set(TYPE_CODES) == set(TYPES) and set(F_CODES) == set(FUNCTIONS)
@@ -160,7 +167,8 @@ class SparkAnalysis:
     groups: dict[int, list | None]        # groups.jsonl's events (None: no file)
     stats: dict[int, dict]                # events and end_time
     ev: DataFrame                         # the events, with codes
-    ops: DataFrame                        # client ops, invocation beside completion (cached)
+    ops: DataFrame                        # sends and polls, invocation beside completion (cached)
+    txn_ops: DataFrame                    # the txn ops, alike (cached with them)
     reads: DataFrame                      # one row per record an ok poll returned
     pairs: DataFrame                      # per (partition, offset, value): reads, acked (cached)
     offsets: DataFrame                    # per (partition, offset): least and greatest value seen
@@ -190,6 +198,15 @@ class Polls(NamedTuple):
 
     flags: DataFrame            # nonmonotonic-poll instances and gaps to verify (cached)
     counts: dict                # kind (nonmonotonic-poll, gap, jumping) -> count, over the batch
+
+
+class Txns(NamedTuple):
+    """The fact `transactions`, of the batch's transactional runs."""
+
+    tagged: DataFrame     # per op carrying them: txn, intent, rc (read_committed), src_* (cached)
+    sends: DataFrame      # each send of a transaction: its op, txn, status, commit_index (cached)
+    ends: DataFrame       # per (run, txn) that sent something: status, commit_index, `end` witness
+    rc_pairs: DataFrame   # per (partition, offset, value) read at read_committed: its first read (cached)
 
 
 class Facts:
@@ -224,6 +241,7 @@ def _bad_event(t, fn):
 
     c = F.col
     checks = [c(CORRUPT_COLUMN).isNotNull(), t == -1, fn == -1]
+    checks += [~c(name).isin(*names) for name, names in NAMED]
     checks += [c(name).isNull() for name in REQUIRED_ALWAYS]
     for f, type_, names in REQUIRED_BY_KIND:
         kind = fn == F_CODES[f]
@@ -235,6 +253,7 @@ def _bad_event(t, fn):
         "records", lambda r: r.isNull() | (F.size(r) != 2) | F.get(r, 0).isNull() | F.get(r, 1).isNull()
     )
     checks.append(c("records").isNotNull() & bad_record)
+    checks.append(source_incomplete())
     # three-valued logic: a null check never hides a true one (OR is true if any is)
     return F.coalesce(reduce(lambda a, b: a | b, checks), F.lit(False))
 
@@ -354,8 +373,27 @@ def _first_reads(a: SparkAnalysis, flagged, on: list[str], n: int, cols: list[st
     c = F.col
     read = a.pairs.filter(c("reads") > 0).join(_small(flagged, n), on).select(
         *cols, c("read_index").alias("idx"))
+    return _witnessed(a, read, 4 * n, cols)
+
+
+def _witnessed(a: SparkAnalysis, rows, n: int, cols: list[str]):
+    """`cols` of `rows` (n of them, each with `idx`, the index of a client
+    op's completion) with the time, op and process of that event, from the cached ops."""
+    from pyspark.sql import functions as F
+
+    c = F.col
     at = a.ops.select("run", c("comp_index").alias("idx"), c("comp_time").alias("time"), "op", "process")
-    return at.join(_small(read, 4 * n), ["run", "idx"]).select(*cols, "idx", "time", "op", "process")
+    return at.join(_small(rows, n), ["run", "idx"]).select(*cols, "idx", "time", "op", "process")
+
+
+def _final_offsets(a: SparkAnalysis):
+    """Per (run, tp, value) the final reads returned: the lowest offset they returned it at."""
+    from pyspark.sql import functions as F
+
+    c = F.col
+    final_ops = a.ops.filter((c("fn") == F_POLL) & (c("final") == 1)).select("run", "op")
+    return (a.reads.join(final_ops, ["run", "op"]).groupBy("run", "tp", "value")
+            .agg(F.min("offset").alias("offset")))
 
 
 # ----------------------------------------------------------------------------- input
@@ -453,7 +491,7 @@ def _read_events(spark, files: list[tuple[int, object]]):
         t.alias("t"),
         fn.alias("fn"),
         "value", "offset", "records", "high_watermark", "final", "error", "node",
-        "log_start_offset", "group",
+        "log_start_offset", "group", "txn", "intent", "isolation", "source",
         # errors travel through the ops as a code (a hash; _names has the text)
         F.when(c("error").isNotNull(), F.xxhash64("error")).alias("err"),
         # so does a send's producer instance
@@ -792,7 +830,8 @@ def analyze(jobs: Jobs, runs: list[RunInput], cap: int):
         tp_rows = [r for r in tp_rows if r.run in good]
     node_flags, node_rows = _node_flags(jobs, ev, {k: todo[k] for k in good})
     ev = ev.drop("bad", "topic", "partition", "node")
-    ops = ops.filter(F.col("fn").isin(F_SEND, F_POLL)).drop("events", "bad", "end_time")
+    client = ops.drop("events", "bad", "end_time")
+    ops = client.filter(F.col("fn").isin(F_SEND, F_POLL))
     # Not cached: read again only by the rare jobs that list an anomaly's reads.
     reads = _reads(ev)
     pairs = jobs.persist(_pairs(ops, reads, node_flags))
@@ -801,7 +840,8 @@ def analyze(jobs: Jobs, runs: list[RunInput], cap: int):
         incarnations=incarnations,
         observed={k: read_observations(todo[k].run_dir, todo[k].run_json.get("checks")) for k in good},
         groups={k: read_groups(todo[k].run_dir) for k in good},
-        stats=stats, ev=ev, ops=ops, reads=reads, pairs=pairs, offsets=_offsets(pairs),
+        stats=stats, ev=ev, ops=ops, txn_ops=client.filter(F.col("fn") == F_TXN), reads=reads,
+        pairs=pairs, offsets=_offsets(pairs),
         tps=tps, tp_index={v: k for k, v in tps.items()},
         tp_names=spark.createDataFrame(
             [(tp, run, topic, partition) for tp, (run, topic, partition) in tps.items()],
@@ -873,6 +913,13 @@ def _values(a: SparkAnalysis) -> Values:
     deleted = [tp for tp, (k, topic, _p) in a.tps.items() if a.incarnations[k].is_deleted(topic)]
     # Never read, then gone with its topic (reports/incarnations.py): not lost or unseen.
     gone = unread_ack & c("tp").isin(deleted) if deleted else F.lit(False)
+    t = transactions(a)
+    if t is not None:
+        # A value of a transaction that aborted, or whose outcome is unknown, need not be read.
+        hidden = (t.sends.filter(c("status") != txns.COMMITTED)
+                  .select(*keys, F.lit(1).alias("hidden")).distinct())
+        vals = vals.join(hidden, keys, "left")
+        gone = gone | (unread_ack & c("hidden").isNotNull())
     vals = _other_incarnation(a, vals, unsent_read)
     vals = vals.withColumn(
         "vkind",
@@ -1044,6 +1091,64 @@ def _poll_sequences(a: SparkAnalysis) -> Polls:
     return Polls(flagged, n)
 
 
+def transactions(a: SparkAnalysis) -> Txns | None:
+    """The fact `transactions` (computed once per analysis: `_transactions`);
+    None when no run of the batch is transactional."""
+    return a.facts.get(_transactions, a)
+
+
+def _transactions(a: SparkAnalysis) -> Txns | None:
+    """The transactions of the batch's transactional runs (reports/transactions.py).
+
+    The transaction fields stay out of the ops (a run without them pays
+    nothing): a filtered pass over the events tags the ops that carry them;
+    the cached ops then give each transaction its outcome (the rule of
+    transactions.outcome, in columns), the first invocation of its commit,
+    its last event (`end`: index, time, op, process) and its sends. The
+    reads at read_committed (polls so marked, and a transactional run's
+    final polls) are folded into pairs with their first read's index.
+    """
+    from pyspark.sql import functions as F
+
+    c = F.col
+    runs = [k for k, run in a.runs.items() if txns.transactional(run.run_json)]
+    if not runs:
+        return None
+    mine = c("run").isin(runs)
+    tagged = a.jobs.persist(
+        a.ev.filter(mine & (c("txn").isNotNull() | c("isolation").isNotNull() | c("source").isNotNull()))
+        .groupBy("run", "op").agg(
+            F.max("txn").alias("txn"), F.max("intent").alias("intent"),
+            F.max((c("isolation") == txns.READ_COMMITTED).cast("int")).alias("rc"),
+            *[F.max(f"source.{x}").alias(f"src_{x}") for x in ("topic", "partition", "offset", "value")]))
+    cols = ["run", "txn", "op", "process", "inv_index", "inv_time", "comp_index", "comp_time", "outcome"]
+    in_txn = a.ops.filter(c("fn") == F_SEND).join(tagged.filter(c("txn").isNotNull()), ["run", "op"])
+    ops = (a.txn_ops.join(tagged, ["run", "op"]).select(*cols, "intent", F.lit(1).alias("is_end"))
+           .unionByName(in_txn.select(*cols, F.lit(None).cast("string").alias("intent"),
+                                      F.lit(0).alias("is_end"))))
+    commit = (c("is_end") == 1) & (c("intent") == txns.COMMIT)
+    done = c("comp_index").isNotNull()
+    ends = ops.groupBy("run", "txn").agg(
+        F.max((commit & (c("outcome") == T_OK)).cast("int")).alias("committed"),
+        F.max((commit & (c("outcome").isNull() | (c("outcome") == T_INFO))).cast("int")).alias("unknown"),
+        F.min(F.when(commit, c("inv_index"))).alias("commit_index"),
+        F.max(1 - c("is_end")).alias("sent"),
+        F.max(F.struct(F.coalesce("comp_index", "inv_index").alias("index"),
+                       F.when(done, c("comp_time")).otherwise(c("inv_time")).alias("time"),
+                       "op", "process")).alias("end"),
+    ).filter(c("sent") == 1).select(
+        "run", "txn", "commit_index", "end",
+        F.when(c("committed") == 1, txns.COMMITTED).when(c("unknown") == 1, txns.UNKNOWN)
+        .otherwise(txns.ABORTED).alias("status"))
+    sends = a.jobs.persist(in_txn.join(ends.select("run", "txn", "status", "commit_index"), ["run", "txn"]))
+    rc_ops = (tagged.filter(c("rc") == 1).select("run", "op")
+              .unionByName(a.ops.filter(mine & (c("fn") == F_POLL) & (c("final") == 1)).select("run", "op"))
+              .distinct())
+    rc_pairs = a.jobs.persist(a.reads.join(rc_ops, ["run", "op"]).groupBy("run", "tp", "offset", "value")
+                              .agg(F.min("index").alias("read_index")))
+    return Txns(tagged, sends, ends, rc_pairs)
+
+
 # ----------------------------------------------------------------------------- one function per anomaly type
 # Each: SparkAnalysis -> {run: Found}; a run with none may be left out.
 
@@ -1212,7 +1317,8 @@ def nonmonotonic_poll(a: SparkAnalysis) -> dict[int, Found]:
 def poll_skip(a: SparkAnalysis) -> dict[int, Found]:
     """Each gap (previous, offset) with the smallest known offset above
     `previous`, found by walking the known offsets downwards: a poll-skip
-    when that offset is below `offset`."""
+    when that offset is below `offset`. In a transactional run an offset
+    known only by values of transactions that did not commit is not known."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -1221,7 +1327,16 @@ def poll_skip(a: SparkAnalysis) -> dict[int, Found]:
     if not polls.counts.get("gap"):
         return {}
     cols = ("process", "offset", "previous", "op", "previous_op", "index", "time")
-    known = a.offsets.select(
+    known = a.offsets.select("run", "tp", "offset")
+    t = transactions(a)
+    if t is not None:
+        # Not an offset that only ever held a value of a transaction that did
+        # not commit: a read_committed consumer skips those (as the reference).
+        keys = ["run", "tp", "value"]
+        hidden = t.sends.filter(c("status") != txns.COMMITTED).select(*keys).distinct()
+        known = (a.pairs.select(*keys, "offset").join(hidden, keys, "left_anti")
+                 .select("run", "tp", "offset").distinct())
+    known = known.select(
         "run", "tp", c("offset").alias("at"), F.lit(0).alias("is_gap"),
         *[F.lit(None).cast("long").alias(x) for x in cols],
     )
@@ -1512,12 +1627,9 @@ def group_skipped(a: SparkAnalysis) -> dict[int, Found]:
     fin = a.jobs.spark.createDataFrame(
         [r[:4] + (i,) for i, r in enumerate(finals)],
         "run int, tp long, group string, committed long, fin int")
-    final_ops = a.ops.filter((c("fn") == F_POLL) & (c("final") == 1)).select("run", "op")
-    at = (a.reads.join(final_ops, ["run", "op"]).groupBy("run", "tp", "value")
-          .agg(F.min("offset").alias("offset")))
     acked = acks(a.ops, a.node_flags).filter(c("weak") == 0).select("run", "tp", "value")
     skipped = (
-        acked.join(at, ["run", "tp", "value"]).join(F.broadcast(fin), ["run", "tp"])
+        acked.join(_final_offsets(a), ["run", "tp", "value"]).join(F.broadcast(fin), ["run", "tp"])
         .filter(c("offset") < c("committed"))
         .join(_polled(a), ["run", "tp", "group", "value"], "left_anti")
         .select("run", "fin", "value", "offset")
@@ -1530,6 +1642,215 @@ def group_skipped(a: SparkAnalysis) -> dict[int, Found]:
             "value": r.value, "offset": r.offset, "committed": committed,
             "index": fc["index"], "time": fc["time"]})
     return {k: Found(len(items), items) for k, items in found.items()}
+
+
+# Transactions (reports/transactions.py): the fact `transactions`, of the
+# batch's transactional runs; a batch without any has nothing to judge.
+
+def _count(a: SparkAnalysis, df, label: str) -> int:
+    """How many rows `df` has (one small job)."""
+    return sum(r["count"] for r in a.jobs.collect(df.groupBy().count(), label))
+
+
+def _txn_reads(a: SparkAnalysis, kind: str, cond, extra: tuple[str, ...] = ()) -> dict[int, Found]:
+    """aborted-txn-read, precommitted-read: each (value, offset) read at
+    read_committed, of a value sent in a transaction, that meets `cond`
+    (over the pair's first such read, `read_index`, and the transaction's
+    status and commit_index), with that read; `extra`: more fields of the instance."""
+    from pyspark.sql import functions as F
+
+    c = F.col
+    t = transactions(a)
+    if t is None:
+        return {}
+    keys = ["run", "tp", "value"]
+    sent = t.sends.select(*keys, "txn", c("op").alias("send_op"), "status", "commit_index")
+    flagged = t.rc_pairs.join(sent, keys).filter(cond).withColumn("idx", c("read_index"))
+    n = _count(a, flagged, kind)
+    if not n:
+        return {}
+    cols = [*keys, "offset", "txn", "send_op", "commit_index"]
+    rows = a.jobs.collect(
+        _ranked(a, _named(a, _witnessed(a, flagged, n, cols).withColumn("kind", F.lit(kind))), "kind",
+                ["topic", "partition", "value", "offset"]), f"{kind}: details")
+    return _found(rows, lambda r: {
+        "topic": r.topic, "partition": r.partition, "value": r.value, "offset": r.offset,
+        "txn": r.txn, "send_op": r.send_op, "index": r.idx, "time": r.time, "op": r.op,
+        "process": r.process, **{x: r[x] for x in extra}})
+
+
+def aborted_txn_read(a: SparkAnalysis) -> dict[int, Found]:
+    from pyspark.sql import functions as F
+
+    return _txn_reads(a, "aborted-txn-read", F.col("status") == txns.ABORTED)
+
+
+def precommitted_read(a: SparkAnalysis) -> dict[int, Found]:
+    from pyspark.sql import functions as F
+
+    return _txn_reads(a, "precommitted-read", F.col("read_index") < F.col("commit_index"),
+                      ("commit_index",))
+
+
+def torn_txn(a: SparkAnalysis) -> dict[int, Found]:
+    """Transactions whose ok sends to partitions with complete final reads
+    the final reads returned in part; named by the partition of the
+    smallest missing value, witnessed by the transaction's last event."""
+    from pyspark.sql import functions as F
+
+    c = F.col
+    t = transactions(a)
+    complete = [(r.tp,) for r in a.tp_rows if r.final_complete]
+    if t is None or not complete:
+        return {}
+    done = a.jobs.spark.createDataFrame(complete, "tp long")
+    read = c("offset").isNotNull()
+    torn = (
+        t.sends.filter(c("outcome") == T_OK).join(F.broadcast(done), "tp")
+        .join(_final_offsets(a), ["run", "tp", "value"], "left")
+        .groupBy("run", "txn").agg(
+            F.sort_array(F.collect_list(F.when(read, c("value")))).alias("present"),
+            F.sort_array(F.collect_list(F.when(~read, c("value")))).alias("missing"),
+            F.min(F.when(~read, F.struct("value", "tp"))).alias("first_missing"))
+        .filter((F.size("present") > 0) & (F.size("missing") > 0))
+        .join(t.ends, ["run", "txn"])
+        .select("run", "txn", "present", "missing", "status", "end", c("first_missing.tp").alias("tp"),
+                F.lit("torn-txn").alias("kind"))
+    )
+    rows = a.jobs.collect(_ranked(a, _named(a, torn), "kind", ["topic", "partition", "txn"]), "torn-txn")
+    return _found(rows, lambda r: {
+        "topic": r.topic, "partition": r.partition, "txn": r.txn, "status": r.status,
+        "present": list(r.present), "missing": list(r.missing), "index": r.end["index"],
+        "time": r.end["time"], "op": r.end["op"], "process": r.end["process"]})
+
+
+def txn_reorder(a: SparkAnalysis) -> dict[int, Found]:
+    """A transaction's ok sends to a partition, in the order it invoked them,
+    land at increasing offsets: as acknowledged, and as read at read_committed
+    (the lowest offset such reads returned each value at)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    c = F.col
+    t = transactions(a)
+    if t is None:
+        return {}
+    read_at = t.rc_pairs.groupBy("run", "tp", "value").agg(F.min("offset").alias("read_at"))
+    w = Window.partitionBy("run", "tp", "txn").orderBy(F.coalesce("inv_index", "comp_index"))
+    seen = (F.when(c("ack") < c("previous_ack"), "acknowledged")
+            .when(c("read_at") < c("previous_read"), "read"))
+    by_ack = c("seen") == "acknowledged"
+    flagged = (
+        t.sends.filter(c("outcome") == T_OK).join(read_at, ["run", "tp", "value"], "left")
+        .select("*", *[F.lag(x).over(w).alias(f"previous_{y}") for x, y in (
+            ("ack", "ack"), ("read_at", "read"), ("value", "value"), ("op", "op"))])
+        .withColumn("seen", seen).filter(c("seen").isNotNull())
+        .select("run", "tp", "txn", "value", "previous_value", "seen", "process", "op", "previous_op",
+                c("comp_index").alias("index"), c("comp_time").alias("time"),
+                F.when(by_ack, c("ack")).otherwise(c("read_at")).alias("offset"),
+                F.when(by_ack, c("previous_ack")).otherwise(c("previous_read")).alias("previous_offset"),
+                F.lit("txn-reorder").alias("kind"))
+    )
+    rows = a.jobs.collect(_ranked(a, _named(a, flagged), "kind", ["topic", "partition", "txn", "index"]),
+                          "txn-reorder")
+    return _found(rows, lambda r: {x: r[x] for x in (
+        "topic", "partition", "txn", "value", "offset", "previous_value", "previous_offset", "seen",
+        "process", "op", "previous_op", "index", "time")})
+
+
+def _pipelines(a: SparkAnalysis) -> dict[int, tuple[dict, dict]]:
+    """Run -> (its pipeline, its group's final committed offsets), for the runs with a pipeline."""
+    out = {}
+    for k, run in a.runs.items():
+        pipe = txns.pipeline(run.run_json)
+        if pipe is not None:
+            out[k] = (pipe, txns.committed_offsets(a.groups[k], pipe))
+    return out
+
+
+def _outputs(a: SparkAnalysis, t: Txns, runs: list[int]):
+    """The pipeline outputs (sends carrying `source`) of `runs` read at
+    read_committed in their partition: their source (topic, partition,
+    value and offset, as src_*) and `idx`, the index of their first such read."""
+    from pyspark.sql import functions as F
+
+    c = F.col
+    first = t.rc_pairs.groupBy("run", "tp", "value").agg(F.min("read_index").alias("idx"))
+    sent = a.ops.filter(c("fn") == F_SEND).select("run", "op", "tp", "value")
+    return (t.tagged.filter(c("run").isin(runs) & c("src_value").isNotNull())
+            .join(sent, ["run", "op"]).join(first, ["run", "tp", "value"])
+            .select("run", "value", "idx", "src_topic", "src_partition", "src_value", "src_offset"))
+
+
+def eos_missing(a: SparkAnalysis) -> dict[int, Found]:
+    """Inputs the complete final reads returned below the group's final
+    committed offset that no output read at read_committed came from."""
+    from pyspark.sql import functions as F
+
+    c = F.col
+    t, pipes = transactions(a), _pipelines(a)
+    rows = [(k, a.tp_index[(k, *tp)], *tp, ev["offset"], ev["index"], ev["time"])
+            for k, (_pipe, committed) in pipes.items() for tp, ev in committed.items()
+            if (k, *tp) in a.tp_index and tp in _complete(a, k)]
+    if t is None or not rows:
+        return {}
+    fin = a.jobs.spark.createDataFrame(
+        rows, "run int, tp long, topic string, partition int, committed long, cindex long, ctime long")
+    made = _outputs(a, t, list(pipes)).select(
+        "run", c("src_topic").alias("topic"), c("src_partition").alias("partition"),
+        c("src_value").alias("value"))
+    missing = (
+        _final_offsets(a).join(F.broadcast(fin), ["run", "tp"]).filter(c("offset") < c("committed"))
+        .join(made, ["run", "topic", "partition", "value"], "left_anti")
+        .withColumn("kind", F.lit("eos-missing"))
+    )
+    found = a.jobs.collect(_ranked(a, missing, "kind", ["topic", "partition", "offset", "value"]),
+                           "eos-missing")
+    return _found(found, lambda r: {
+        "topic": r.topic, "partition": r.partition, "value": r.value, "offset": r.offset,
+        "group": pipes[r.run][0]["group"], "committed": r.committed, "index": r.cindex,
+        "time": r.ctime})
+
+
+def eos_duplicate(a: SparkAnalysis) -> dict[int, Found]:
+    """Inputs two outputs read at read_committed came from, or one while the
+    input is at or past the group's final committed offset; witnessed by the
+    first read of the second output to be read (of the only one)."""
+    from pyspark.sql import functions as F
+
+    c = F.col
+    t, pipes = transactions(a), _pipelines(a)
+    if t is None or not pipes:
+        return {}
+    firsts = F.sort_array(F.collect_list(F.struct("idx", "value")))
+    inputs = (_outputs(a, t, list(pipes))
+              .groupBy("run", c("src_topic").alias("topic"), c("src_partition").alias("partition"),
+                       c("src_value").alias("value"))
+              .agg(firsts.alias("firsts"), F.min("src_offset").alias("offset")))
+    rows = [(k, *tp, ev["offset"]) for k, (_pipe, committed) in pipes.items()
+            for tp, ev in committed.items()]
+    if rows:
+        fin = a.jobs.spark.createDataFrame(rows, "run int, topic string, partition int, committed long")
+        inputs = inputs.join(F.broadcast(fin), ["run", "topic", "partition"], "left")
+    else:
+        inputs = inputs.withColumn("committed", F.lit(None).cast("long"))
+    dups = (
+        inputs.filter((F.size("firsts") > 1) | (c("offset") >= c("committed")))
+        .select("run", "topic", "partition", "value", "offset", "committed",
+                F.sort_array(c("firsts.value")).alias("outputs"),
+                F.element_at("firsts", F.least(F.size("firsts"), F.lit(2)))["idx"].alias("idx"))
+    )
+    n = _count(a, dups, "eos-duplicate")
+    if not n:
+        return {}
+    cols = ["run", "topic", "partition", "value", "offset", "committed", "outputs"]
+    found = a.jobs.collect(
+        _ranked(a, _witnessed(a, dups, n, cols).withColumn("kind", F.lit("eos-duplicate")), "kind",
+                ["topic", "partition", "value"]), "eos-duplicate: details")
+    return _found(found, lambda r: {
+        "topic": r.topic, "partition": r.partition, "value": r.value, "offset": r.offset,
+        "outputs": list(r.outputs), "group": pipes[r.run][0]["group"], "committed": r.committed,
+        "index": r.idx, "time": r.time, "op": r.op, "process": r.process})
 
 
 # ----------------------------------------------------------------------------- the figures

@@ -37,7 +37,7 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
-from reports import invariants, spark_analysis
+from reports import invariants, spark_analysis, transactions
 from reports.context import PER_KEY, empty_context
 from reports.errors import HistoryError
 from reports.groups import status as group_status
@@ -45,7 +45,8 @@ from reports.observations import annotate_windows, checked
 from reports.readers import RunInput
 from reports.registry import ANOMALIES
 from reports.spark_analysis import F_NAMES, OUTCOMES, Jobs, SparkAnalysis, acks
-from reports.summary import DEFAULT_MAX_INSTANCES, GROUP_TYPES, Findings, final_reads_complete
+from reports.summary import (DEFAULT_MAX_INSTANCES, GROUP_TYPES, TRANSACTION_TYPES, Findings,
+                             final_reads_complete)
 
 # Heap of a local-mode session started by get_spark (unless conf says otherwise).
 LOCAL_DRIVER_MEMORY = "4g"
@@ -222,6 +223,7 @@ class SparkChecker:
             final_complete=bool(f.partitions) and final_reads_complete(f.partitions))
         f.oracles.update(dict.fromkeys(GROUP_TYPES, group_status(a.groups[k])))
         f.oracles.update(invariants.status(a.observed[k], spark_analysis.promises(a, k)))
+        f.oracles.update(transactions.status(TRANSACTION_TYPES, run.run_json, a.groups[k]))
         return f
 
     def context(self, requests: dict[int, dict], per_key: int = PER_KEY) -> dict[int, dict]:

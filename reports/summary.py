@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reports.figures import empty_counts
-from reports.registry import ANOMALIES, GROUPS, INCARNATIONS, NAMES, of_evidence
+from reports.registry import ANOMALIES, GROUPS, INCARNATIONS, NAMES, TRANSACTIONS, of_evidence
 
 # Every anomaly type, in the order of the registry (summary.json's keys, the report's rows).
 ANOMALY_TYPES = NAMES
@@ -24,6 +24,8 @@ ANOMALY_TYPES = NAMES
 GROUP_TYPES = of_evidence(GROUPS)
 # Judged only where a topic was deleted and created again (reports/incarnations.py).
 INCARNATION_TYPES = of_evidence(INCARNATIONS)
+# Judged only in a transactional run (reports/transactions.py).
+TRANSACTION_TYPES = of_evidence(TRANSACTIONS)
 
 DEFAULT_MAX_INSTANCES = 10_000
 

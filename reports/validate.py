@@ -15,7 +15,8 @@ Rules, by the names violations carry:
   time            time does not decrease with index
   op-reused       an invocation reuses an op id
   pairing         a completion without an outstanding invocation of the same op,
-                  process and f, or carrying another topic, partition or value
+                  process and f, or carrying another topic, partition, value, txn,
+                  intent or isolation
   outstanding     a process invokes while it has an op outstanding
   retired         a process id used again after an `info` completion
   never-completed an invocation with no completion by the end of the history
@@ -23,6 +24,7 @@ Rules, by the names violations carry:
   nemesis         a nemesis event not by process -1 or not of type info, a phase
                   other than start/stop, a stop with no open start, a start
                   never stopped; a client event by process -1 or of f nemesis
+  txn             a send, poll or txn op of a transaction invoked after its txn op
 """
 
 from __future__ import annotations
@@ -74,16 +76,21 @@ def _stream(run: RunInput, out: list[Violation]):
             yield path, line, ev
 
 
+# Fields of an invocation that its completion, when it carries them, repeats.
+_PAIRED = ("txn", "intent", "isolation")
+
+
 def validate_run(run: RunInput, limit: int | None = None) -> list[Violation]:
     out: list[Violation] = []
     expected_index = 0
     last_time = None
-    outstanding: dict[int, tuple] = {}  # op -> (process, f, topic, partition, value, path, line)
+    outstanding: dict[int, tuple] = {}  # op -> (its invocation, path, line)
     busy: dict[int, int] = {}  # process -> outstanding op
     retired: dict[int, int] = {}  # process -> index of its info completion
     ops_seen: set[int] = set()
     values: dict[int, int] = {}  # value -> index of the send invoking it
     open_faults: list[tuple] = []  # (fault, targets, path, line)
+    ended: dict[str, int] = {}  # txn -> index of its txn op
 
     def bad(path, line, rule, msg, index=None):
         out.append(Violation(path, line, rule, msg, index))
@@ -113,7 +120,12 @@ def validate_run(run: RunInput, limit: int | None = None) -> list[Violation]:
             if p in busy:
                 bad(path, line, "outstanding", f"process {p} invokes op {op} while op {busy[p]} is outstanding", i)
             busy[p] = op
-            outstanding[op] = (p, ev["f"], ev["topic"], ev["partition"], ev["value"], path, line)
+            outstanding[op] = (ev, path, line)
+            if ev["txn"] in ended:
+                bad(path, line, "txn", f"{ev['f']} in transaction {ev['txn']!r} after its txn op "
+                    f"at index {ended[ev['txn']]}", i)
+            elif ev["f"] == "txn":
+                ended[ev["txn"]] = i
             if ev["f"] == "send":
                 v = ev["value"]
                 if v in values:
@@ -125,7 +137,8 @@ def validate_run(run: RunInput, limit: int | None = None) -> list[Violation]:
         if inv is None:
             bad(path, line, "pairing", f"{ev['type']} of op {op} with no outstanding invocation", i)
         else:
-            ip, f, topic, partition, value, _ipath, _iline = inv
+            iev = inv[0]
+            ip, f, topic, partition, value = (iev[k] for k in ("process", "f", "topic", "partition", "value"))
             if ip != p:
                 bad(path, line, "pairing", f"op {op} invoked by process {ip}, completed by {p}", i)
             if f != ev["f"]:
@@ -135,12 +148,17 @@ def validate_run(run: RunInput, limit: int | None = None) -> list[Violation]:
                     f"op {op} invoked on {topic}/{partition}, completed on {ev['topic']}/{ev['partition']}", i)
             if f == "send" and ev["value"] is not None and ev["value"] != value:
                 bad(path, line, "pairing", f"op {op} sent value {value}, completed with {ev['value']}", i)
+            for name in _PAIRED:
+                if ev[name] is not None and ev[name] != iev[name]:
+                    bad(path, line, "pairing", f"op {op} invoked with {name} {iev[name]!r}, "
+                        f"completed with {ev[name]!r}", i)
             if busy.get(ip) == op:
                 del busy[ip]
         if ev["type"] == "info":
             retired[p] = i
-    for op, (p, f, *_rest, path, line) in sorted(outstanding.items(), key=lambda kv: kv[1][-1]):
-        bad(path, line, "never-completed", f"{f} op {op} of process {p} has no completion")
+    for op, (iev, path, line) in sorted(outstanding.items(), key=lambda kv: kv[1][-1]):
+        bad(path, line, "never-completed",
+            f"{iev['f']} op {op} of process {iev['process']} has no completion")
     for fault, targets, path, line in open_faults:
         bad(path, line, "nemesis", f"fault {fault} on {targets} started and never stopped")
     return out if limit is None else out[:limit]

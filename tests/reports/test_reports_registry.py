@@ -22,7 +22,7 @@ def test_every_type_has_a_function_in_each_checker_and_a_report_section():
         assert e.spark is getattr(spark_analysis, fn, None), e.name
         assert e.title and callable(e.line) and isinstance(e.context, Context), e.name
         assert e.evidence in (registry.HISTORY, registry.OBSERVATIONS, registry.GROUPS,
-                              registry.INCARNATIONS), e.name
+                              registry.INCARNATIONS, registry.TRANSACTIONS), e.name
     assert len(set(NAMES)) == len(NAMES) == len({e.reference for e in ANOMALIES})
     assert ANOMALY_TYPES == NAMES
 
