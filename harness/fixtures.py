@@ -78,12 +78,15 @@ def workload(chaos_run: Run):
     """Factory: workload(topics={"t": 3}, replication_factor=3, client="confluent",
     acks="all", idempotent=False, retries=0, rate=100, producers=2, slots=4,
     consumers=1, fetchers=0, mix=(), crash_every_s=0, sub_via="assign",
-    commit="manual", assignment=None) -> the Run, its workload running.
+    commit="manual", transactions=False, abort_ratio=0.2, assignment=None) -> the Run,
+    its workload running.
     `assignment` places replicas by hand: {topic: {partition: [broker ids]}}
     (the first id is the preferred leader); other topics are spread as usual.
     `mix`: producer settings in turn (ProducerSettings or dicts of its
     fields), instead of acks/idempotent/... for all. `sub_via="subscribe"`:
-    the consumers are one consumer group that commits (`commit`)."""
+    the consumers are one consumer group that commits (`commit`). `transactions`:
+    the producers write in transactions, aborting `abort_ratio` of them, and
+    the consumers read at read_committed."""
     run = chaos_run
 
     def start(topics: Mapping[str, int] | None = None, *, replication_factor: int | None = None,
@@ -93,6 +96,7 @@ def workload(chaos_run: Run):
               slots: int = 4, consumers: int = 1, fetchers: int = 0,
               mix: Iterable[ProducerSettings | Mapping[str, Any]] = (),
               crash_every_s: float = 0.0, sub_via: str = "assign", commit: str = "manual",
+              transactions: bool = False, abort_ratio: float = 0.2,
               assignment: Mapping[str, Mapping[int, list[int]]] | None = None) -> Run:
         topics = dict(topics or {"t": 3})
         rf = replication_factor or min(3, run.cluster.spec.brokers)
@@ -104,7 +108,8 @@ def workload(chaos_run: Run):
             rate=rate, producer=ProducerSettings(**base), fetchers=fetchers,
             mix=tuple(m if isinstance(m, ProducerSettings) else ProducerSettings(**{**base, **m})
                       for m in mix),
-            crash_every_s=crash_every_s, sub_via=sub_via, commit=commit),
+            crash_every_s=crash_every_s, sub_via=sub_via, commit=commit,
+            transactions=transactions, abort_ratio=abort_ratio),
             Schedule(seed=0, duration_s=1.0, quiet_s=0.0, steps=[]))
         run.create_topics(topics, rf, assignment)
         run.start_workload(spec.workload)

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable
 from cluster import zkpaths
 from contracts.deadline import wait_until
 from reports.invariants import NOT_PROMISED
-from reports.summary import GROUP_TYPES, INCARNATION_TYPES
+from reports.summary import GROUP_TYPES, INCARNATION_TYPES, TRANSACTION_TYPES
 
 # The length of one fault run of test_suite_faults.py: issue 5 asks for 60 s
 # (the `slow` variant); the CI default keeps the whole suites/ folder within
@@ -89,7 +89,12 @@ def assert_valid(run: Any, checker: str | None = None) -> dict[str, Any]:
     # whose consumers assign their own partitions has none for them to read;
     # `resurrected` judges topics deleted and created again (recreate-topic),
     # if any was.
-    grouped = (run.meta.get("workload") or {}).get("sub_via") == "subscribe"
+    # The transaction types judge a transactional run (`transactions`), the
+    # eos types its pipeline.
+    workload = run.meta.get("workload") or {}
+    grouped = workload.get("sub_via") == "subscribe"
+    expected = {k for k in TRANSACTION_TYPES if workload.get("transactions")
+                and (not k.startswith("eos-") or workload.get("pipeline"))}
     problems = []
     for kind in summary.get("fatal", []):
         first = summary["anomalies"].get(kind, [])[:3]
@@ -98,6 +103,7 @@ def assert_valid(run: Any, checker: str | None = None) -> dict[str, Any]:
         problems.append(f"final reads incomplete: {summary.get('warnings')}")
     unchecked = {k: v for k, v in summary.get("oracles", {}).items()
                  if v != "checked" and (grouped or k not in GROUP_TYPES)
+                 and (k in expected or k not in TRANSACTION_TYPES)
                  and k not in INCARNATION_TYPES and not v.startswith(NOT_PROMISED)}
     if unchecked:
         problems.append(f"oracles without input: {unchecked}")
