@@ -12,9 +12,10 @@ docs/design.md#guarantees is checked: by the clients' history and by what the
 harness observed of the cluster (ZooKeeper samples, each broker's Metadata,
 the replicas' own files).
 
-These run right after the smoke tier (suites/conftest.py orders them, this
-file's order within): with it they catch most broker bugs within 5 minutes
-(bench/mutation/). The seed of each run is fixed so a
+The control-plane transitions run leads `pytest suites` (marked `lead`);
+the others run right after the smoke tier (suites/conftest.py orders them,
+this file's order within): with it they catch most broker bugs within 5
+minutes (bench/mutation/). The seed of each run is fixed so a
 failure replays; CHAOSLOG_PRESSURE_SEED draws another search.
 """
 from __future__ import annotations
@@ -107,6 +108,7 @@ def test_fixed_configuration_under_everything_at_once(workload, nemesis):
     assert_valid(run)
 
 
+@pytest.mark.lead
 @pytest.mark.v2_fast
 @pytest.mark.pressure
 @pytest.mark.any_coordination
