@@ -23,6 +23,7 @@ from harness.workload.clients import CLIENTS, EXIT_FATAL, ProducerSettings
 from harness.workload.group import COMMIT_MODES, GROUP_CLIENTS, SUB_VIA
 
 WORKER_MODULE = "harness.workload.worker"
+TRANSACTIONAL_CLIENTS = ("confluent", "aiokafka")
 
 
 @dataclass
@@ -60,9 +61,14 @@ class WorkloadSpec:
         if self.sub_via == "subscribe" and self.commit not in GROUP_CLIENTS.get(self.client, ()):
             raise ValueError(f"--sub-via subscribe with --client {self.client} commits "
                              f"{' or '.join(GROUP_CLIENTS.get(self.client, ()))}, not {self.commit}")
-        if self.transactions and (self.client != "confluent" or self.sub_via != "assign"):
-            raise ValueError("transactions are written by confluent's producer, read by "
-                             "assigned consumers (--client confluent, --sub-via assign)")
+        if self.transactions and (self.client not in TRANSACTIONAL_CLIENTS
+                                  or self.sub_via != "assign"):
+            raise ValueError(f"transactions are written by the producers of "
+                             f"{' and '.join(TRANSACTIONAL_CLIENTS)} and read by assigned "
+                             f"consumers (--sub-via assign), not --client {self.client} "
+                             f"--sub-via {self.sub_via}")
+        if self.pipeline_output and self.client != "confluent":
+            raise ValueError("the pipeline is confluent-kafka's (--client confluent)")
         if self.pipeline_output and (not self.transactions
                                      or self.pipeline_output not in self.topics
                                      or len(self.topics) < 2):

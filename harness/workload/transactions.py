@@ -1,4 +1,5 @@
-"""The transactional producer's loop (KIP-98): each transaction sends a few
+"""The transactional producers' loop (KIP-98), confluent-kafka's and
+aiokafka's: each transaction sends a few
 values, one per logical process, then commits or (now and then, on
 purpose) aborts, and records how it ended (docs/history-format.md,
 "Transactions").
@@ -96,6 +97,100 @@ class ConfluentTransactions:
 
     def close(self, timeout: float) -> None:
         self.p.flush(timeout)
+
+
+class AiokafkaTransactions:
+    """aiokafka's transactional producer, one transaction at a time, driven
+    from the worker's thread on an event loop of its own (as
+    clients.AiokafkaProducer). aiokafka has no error classes of librdkafka's
+    kind: a fenced producer is fatal, any other failed commit is followed
+    by an abort, and only an abort that succeeds proves it did not commit."""
+
+    def __init__(self, bootstrap: str, transactional_id: str, client_id: str,
+                 timeout_ms: int, op_timeout_s: float):
+        import asyncio
+        self.op_timeout_s = op_timeout_s
+        self.loop = asyncio.new_event_loop()
+        self.fatal: str | None = None
+        self.sends: dict[Any, Callable[[str, dict[str, Any]], None]] = {}
+        self._settings = dict(bootstrap_servers=bootstrap, client_id=client_id,
+                              transactional_id=transactional_id,
+                              transaction_timeout_ms=timeout_ms,
+                              request_timeout_ms=int(op_timeout_s * 1000), linger_ms=0,
+                              retry_backoff_ms=100, metadata_max_age_ms=2000)
+        self.p: Any = None
+
+    def _run(self, coro: Any) -> Any:
+        import asyncio
+        return self.loop.run_until_complete(asyncio.wait_for(coro, self.op_timeout_s))
+
+    def init(self) -> None:
+        from aiokafka import AIOKafkaProducer
+
+        async def start() -> Any:
+            p = AIOKafkaProducer(**self._settings)
+            await p.start()            # InitProducerId for the transactional id
+            return p
+        self.p = self._run(start())
+
+    def begin(self) -> None:
+        self._run(self.p.begin_transaction())
+
+    def send(self, topic: str, partition: int, value: int,
+             done: Callable[[str, dict[str, Any]], None]) -> None:
+        from harness.workload.errors import kafka_python_name
+
+        async def one() -> tuple[str, dict[str, Any]]:
+            try:
+                delivered = await self.p.send(topic, value=str(value).encode(),
+                                              partition=partition)
+            except Exception as e:  # noqa: BLE001 - not accepted
+                t, name = classify_send(kafka_python_name(e), single_attempt=False,
+                                        never_sent=True)
+                return t, {"error": name}
+            try:
+                return "ok", {"offset": int((await delivered).offset)}
+            except Exception as e:  # noqa: BLE001
+                return _send_outcome(kafka_python_name(e))
+        self.sends[self.loop.create_task(one())] = done
+
+    def flush(self, timeout: float) -> int:
+        import asyncio
+        if self.sends:
+            self.loop.run_until_complete(asyncio.wait(list(self.sends), timeout=timeout))
+        for task in [t for t in self.sends if t.done()]:
+            self.sends.pop(task)(*task.result())
+        return len(self.sends)
+
+    def end(self, commit: bool) -> tuple[str, dict[str, Any]]:
+        from aiokafka.errors import ProducerFenced
+
+        from harness.workload.errors import kafka_python_name
+        try:
+            self._run(self.p.commit_transaction() if commit else self.p.abort_transaction())
+            return "ok", {}
+        except ProducerFenced as e:
+            self.fatal = f"ProducerFenced: {e}"
+            return "info", {"error": "PRODUCER_FENCED"}
+        except Exception as e:  # noqa: BLE001
+            why = canonical(kafka_python_name(e))
+            if not commit:
+                return "info", {"error": why}
+        try:
+            self._run(self.p.abort_transaction())
+            return "fail", {"error": why}
+        except Exception:  # noqa: BLE001 - then nobody can tell
+            return "info", {"error": why}
+
+    def close(self, timeout: float) -> None:
+        import asyncio
+        try:
+            if self.p is not None:
+                self.loop.run_until_complete(asyncio.wait_for(self.p.stop(), timeout))
+        except Exception:  # noqa: BLE001
+            pass
+        finally:
+            self.loop.close()
 
 
 def _name(e: BaseException) -> str:

@@ -129,10 +129,12 @@ def parse_min_end(text: str) -> dict[tuple[str, int], int]:
 # -- producer -----------------------------------------------------------------------
 
 def run_transactions(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
-    if a.client != "confluent":
-        raise SystemExit(f"--transactions: the transactional producer is confluent's, "
-                         f"not {a.client}")
-    producer = transactions.ConfluentTransactions(
+    kinds = {"confluent": transactions.ConfluentTransactions,
+             "aiokafka": transactions.AiokafkaTransactions}
+    if a.client not in kinds:
+        raise SystemExit(f"--transactions: the transactional producers are "
+                         f"{' and '.join(kinds)}, not {a.client}")
+    producer = kinds[a.client](
         a.bootstrap, f"chaoslog-tx-w{a.worker_id}", f"chaoslog-w{a.worker_id}",
         a.transaction_timeout_ms, a.delivery_timeout_ms / 1000)
     limiter = RateLimiter(a.rate)
