@@ -12,10 +12,14 @@ A broker killed mid-commit takes with it the coordinator of some
 transactional ids (`__transaction_state` has 10 partitions over the three
 brokers) and the leader of some of the run's partitions, so the new
 coordinator's load, the markers it writes again and the markers written
-while a leader fails are all on the path of these runs.
+while a leader fails are all on the path of these runs; another run moves
+every coordinator by reassigning the transaction log.
 """
+import time
+
 import pytest
 
+from cluster import admin, zkpaths
 from cluster.protocol import errors as E
 from harness import kafka_wire
 from suite_helpers import SAFE, ZkView, describe, wait_for
@@ -137,3 +141,30 @@ def test_the_late_write_of_an_aborted_transaction_is_fenced_under_kip_890(worklo
     assert late == "INVALID_PRODUCER_EPOCH", late
     assert summary["anomalies"]["aborted-txn-read"] == [], describe(summary)
     assert summary["valid"] is True, describe(summary)
+
+
+@pytest.mark.broker_config(**SAFE, **TXN)
+def test_transactions_stay_whole_while_their_coordinators_move(workload):
+    """Every partition of `__transaction_state` is reassigned (its replicas
+    rotated) and led by its new preferred replica, twice, while
+    transactions commit and abort: each coordinator hands its ids to
+    another broker, which loads them and writes the markers of the
+    transactions it finds prepared."""
+    run = workload({"t": 3}, replication_factor=3, transactions=True, abort_ratio=0.3, rate=60,
+                   producers=2, slots=3)
+    zk = ZkView(run.zk)
+    wait_for(lambda: run.zk.exists("/brokers/topics/__transaction_state"), 60,
+             "the transaction log, created by the producers' first FindCoordinator")
+    for _ in range(2):
+        time.sleep(5)
+        parts = admin.describe_topic(run.zk, "__transaction_state")["partitions"]
+        plan = {("__transaction_state", p["partition"]): p["replicas"][1:] + p["replicas"][:1]
+                for p in parts}
+        assert admin.reassign(run.zk, plan, wait=True, timeout=90)["done"], plan
+        admin.preferred_election(run.zk, "__transaction_state", timeout=60)
+        wait_for(lambda: all(zk.lai(*tp).leader == r[0] for tp, r in plan.items())
+                 and not run.zk.exists(zkpaths.PREFERRED_REPLICA_ELECTION), 60,
+                 "every coordinator moved to its partition's new preferred replica")
+    summary = run.finish().verdict()
+    assert summary["valid"] is True, describe(summary)
+    _no_transactional_anomaly(summary)

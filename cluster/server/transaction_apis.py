@@ -316,8 +316,8 @@ class TransactionApis:
         if not is_leader:
             self.coordinator.unload(p.partition)
             return
-        if p.partition in self.coordinator.loading:
-            return
+        if p.partition in self.coordinator.loading or p.partition in self.coordinator.loaded:
+            return   # a new leader epoch of the same leader: nothing to load again
         self.coordinator.begin_load(p.partition)
         self._spawn(self._load(p))
         if self._expiry is None:
