@@ -329,7 +329,7 @@ class Partition:
         h = self.log.batch_at(first)
         self.producer_state.update_marker(h)
         self.txns.append(h, commit)
-        log.info("%s-%d: %s marker of producer %d epoch %d at offset %d", self.topic,
+        log.debug("%s-%d: %s marker of producer %d epoch %d at offset %d", self.topic,
                  self.partition, "COMMIT" if commit else "ABORT", producer_id, producer_epoch,
                  first)
         self._on_leo_change()

@@ -153,7 +153,7 @@ class TransactionApis:
         tid, v = req.transactional_id, hdr.api_version
         err = await self.coordinator.end_txn(tid, req.producer_id, req.producer_epoch,
                                              req.committed, client_follows_bump=v >= 5)
-        log.info("EndTxn v%d %r producer %d epoch %d %s: %s", v, tid, req.producer_id,
+        log.debug("EndTxn v%d %r producer %d epoch %d %s: %s", v, tid, req.producer_id,
                  req.producer_epoch, "commit" if req.committed else "abort", E.name(err))
         if err == E.NONE:
             self._complete_soon(tid)
