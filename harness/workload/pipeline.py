@@ -20,7 +20,7 @@ from contracts.deadline import wait_until
 from harness.workload.clients import EXIT_FATAL, _poll_ok
 from harness.workload.errors import canonical
 from harness.workload.group import committed_offsets
-from harness.workload.transactions import ConfluentTransactions
+from harness.workload.transactions import ConfluentTransactions, Transaction
 
 Emit = Callable[..., None]
 TP = tuple[str, int]
@@ -124,15 +124,7 @@ def run(pipe: Any, output: str, output_partitions: int, worker_id: int, value_st
                  txn=txn)
             t, fields = _poll_ok(records, pipe.high_watermark(tp))
             emit(type=t, slot=0, seq=seq, txn=txn, **fields)
-        open_ops: dict[int, int] = {}
-
-        def completer(slot: int, s: int):
-            def done(t: str, fields: dict[str, Any]) -> None:
-                if open_ops.get(slot) == s:
-                    del open_ops[slot]
-                    emit(type=t, slot=slot, seq=s, txn=txn, **fields)
-            return done
-
+        sends = Transaction(txn, emit)
         slot = 0
         for (topic, partition), records in inputs.items():
             for offset, value in records:
@@ -140,16 +132,13 @@ def run(pipe: Any, output: str, output_partitions: int, worker_id: int, value_st
                 seq += 1
                 out_value = worker_id * value_stride + counter
                 counter += 1
-                open_ops[slot] = seq
                 out_partition = partition % output_partitions
-                emit(type="invoke", slot=slot, seq=seq, f="send", topic=output,
-                     partition=out_partition, value=out_value, txn=txn,
-                     source={"topic": topic, "partition": partition, "offset": offset,
-                             "value": value})
-                pipe.tx.send(output, out_partition, out_value, completer(slot, seq))
+                done = sends.send(slot, seq, topic=output, partition=out_partition,
+                                  value=out_value, source={"topic": topic, "partition": partition,
+                                                           "offset": offset, "value": value})
+                pipe.tx.send(output, out_partition, out_value, done)
         pipe.tx.flush(pipe.tx.op_timeout_s)
-        for s_slot, s in list(open_ops.items()):
-            emit(type="info", slot=s_slot, seq=s, txn=txn, error="not-delivered")
+        sends.undelivered()
         next_offsets = {tp: records[-1][0] + 1 for tp, records in inputs.items()}
         commits += 1
         listed = [{"topic": t, "partition": p, "offset": o} for (t, p), o in next_offsets.items()]
@@ -160,11 +149,7 @@ def run(pipe: Any, output: str, output_partitions: int, worker_id: int, value_st
              **({"offsets": listed} if t == "ok" else fields))
         commit = t == "ok" and rng.random() >= abort_ratio
         seq += 1
-        intent = "commit" if commit else "abort"
-        emit(type="invoke", slot=0, seq=seq, f="txn", txn=txn, intent=intent)
-        outcome, fields = pipe.tx.end(commit)
-        emit(type=outcome, slot=0, seq=seq, txn=txn, intent=intent, **fields)
-        if commit and outcome == "ok":
+        if sends.end(pipe.tx, seq, commit) == "ok" and commit:
             pipe.position.update(next_offsets)
         elif pipe.fatal is None:
             pipe.rewind()

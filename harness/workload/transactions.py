@@ -193,6 +193,41 @@ class AiokafkaTransactions:
             self.loop.close()
 
 
+class Transaction:
+    """What one transaction records: its sends, one in flight per slot, each
+    completed once (those never delivered as unknown), then its txn op on
+    slot 0 (docs/history-format.md, "Transactions")."""
+
+    def __init__(self, txn: str, emit: Emit):
+        self.txn, self.emit = txn, emit
+        self.open: dict[int, int] = {}     # slot -> seq of its send in flight
+
+    def send(self, slot: int, seq: int, **fields: Any) -> Callable[[str, dict[str, Any]], None]:
+        """Record a send's invocation; returns what completes it."""
+        self.open[slot] = seq
+        self.emit(type="invoke", slot=slot, seq=seq, f="send", txn=self.txn, **fields)
+
+        def done(t: str, result: dict[str, Any]) -> None:
+            if self.open.get(slot) == seq:
+                del self.open[slot]
+                self.emit(type=t, slot=slot, seq=seq, txn=self.txn, **result)
+        return done
+
+    def undelivered(self) -> None:
+        """After the producer's flush: what is still in flight is unknown."""
+        for slot, seq in list(self.open.items()):
+            self.emit(type="info", slot=slot, seq=seq, txn=self.txn, error="not-delivered")
+        self.open.clear()
+
+    def end(self, producer: Any, seq: int, commit: bool) -> str:
+        """Commit or abort through `producer`, recorded; the outcome."""
+        intent = "commit" if commit else "abort"
+        self.emit(type="invoke", slot=0, seq=seq, f="txn", txn=self.txn, intent=intent)
+        t, fields = producer.end(commit)
+        self.emit(type=t, slot=0, seq=seq, txn=self.txn, intent=intent, **fields)
+        return t
+
+
 def _name(e: BaseException) -> str:
     args = getattr(e, "args", ())
     return args[0].name() if args and hasattr(args[0], "name") else type(e).__name__
@@ -219,16 +254,7 @@ def run(producer: Any, targets: list[tuple[str, int]], slots: int, worker_id: in
         return EXIT_FATAL
     while not stopped() and producer.fatal is None:
         txns += 1
-        txn = f"w{worker_id}/{txns}"
-        open_ops: dict[int, int] = {}
-
-        def completer(slot: int, s: int):
-            def done(t: str, fields: dict[str, Any]) -> None:
-                if open_ops.get(slot) == s:
-                    del open_ops[slot]
-                    emit(type=t, slot=slot, seq=s, txn=txn, **fields)
-            return done
-
+        txn = Transaction(f"w{worker_id}/{txns}", emit)
         try:
             producer.begin()
         except Exception as e:  # noqa: BLE001
@@ -240,20 +266,12 @@ def run(producer: Any, targets: list[tuple[str, int]], slots: int, worker_id: in
             value = worker_id * value_stride + counter
             counter += 1
             seq += 1
-            open_ops[slot] = seq
-            emit(type="invoke", slot=slot, seq=seq, f="send", topic=topic, partition=partition,
-                 value=value, txn=txn)
-            producer.send(topic, partition, value, completer(slot, seq))
+            done = txn.send(slot, seq, topic=topic, partition=partition, value=value)
+            producer.send(topic, partition, value, done)
         producer.flush(producer.op_timeout_s)
-        for slot, s in list(open_ops.items()):
-            emit(type="info", slot=slot, seq=s, txn=txn, error="not-delivered")
-        open_ops.clear()
-        commit = rng.random() >= abort_ratio
+        txn.undelivered()
         seq += 1
-        emit(type="invoke", slot=0, seq=seq, f="txn", txn=txn,
-             intent="commit" if commit else "abort")
-        t, fields = producer.end(commit)
-        emit(type=t, slot=0, seq=seq, txn=txn, intent="commit" if commit else "abort", **fields)
+        txn.end(producer, seq, commit=rng.random() >= abort_ratio)
     if producer.fatal:
         emit(type="log", msg=f"the transactional producer stopped: {producer.fatal}")
         return EXIT_FATAL
