@@ -105,10 +105,11 @@ class GroupApis:
 
     # -- offsets --------------------------------------------------------------------------------
 
-    async def offset_commit(self, hdr: RequestHeader, req: Any) -> OffsetCommitResponse:
-        """v1-4. v1's per-partition commit timestamp is not used: Kafka 2.0
-        stamps commits with its own clock too (that field only moved its
-        expiry, and committed offsets do not expire here)."""
+    def _offsets_of(self, req: Any) -> tuple[dict[tuple[str, int], int],
+                                             dict[tuple[str, int], OffsetAndMetadata]]:
+        """An OffsetCommit's or TxnOffsetCommit's partitions: an error per
+        partition in the request's order (UNKNOWN_TOPIC_OR_PARTITION for one
+        the metadata does not have), and the offsets of the others."""
         results: dict[tuple[str, int], int] = {}
         offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
         for t in req.topics or []:
@@ -121,6 +122,13 @@ class GroupApis:
                     results[tp] = E.NONE   # keeps the request's order
                     offsets[tp] = OffsetAndMetadata(pt.committed_offset,
                                                     pt.committed_metadata or "")
+        return results, offsets
+
+    async def offset_commit(self, hdr: RequestHeader, req: Any) -> OffsetCommitResponse:
+        """v1-4. v1's per-partition commit timestamp is not used: Kafka 2.0
+        stamps commits with its own clock too (that field only moved its
+        expiry, and committed offsets do not expire here)."""
+        results, offsets = self._offsets_of(req)
         if offsets:
             fut = asyncio.get_running_loop().create_future()
             self.coordinator.handle_commit_offsets(req.group_id, req.member_id or "",
@@ -133,17 +141,7 @@ class GroupApis:
 
     async def txn_offset_commit(self, hdr: RequestHeader, req: Any) -> TxnOffsetCommitResponse:
         """v0-1: offsets committed in the producer's transaction."""
-        results: dict[tuple[str, int], int] = {}
-        offsets: dict[tuple[str, int], OffsetAndMetadata] = {}
-        for t in req.topics or []:
-            for pt in t.partitions or []:
-                tp = (t.name, pt.partition_index)
-                if self.metadata.partition(*tp) is None:
-                    results[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
-                else:
-                    results[tp] = E.NONE
-                    offsets[tp] = OffsetAndMetadata(pt.committed_offset,
-                                                    pt.committed_metadata or "")
+        results, offsets = self._offsets_of(req)
         if offsets:
             fut = asyncio.get_running_loop().create_future()
             self.coordinator.handle_txn_commit_offsets(req.group_id, req.producer_id,

@@ -326,16 +326,22 @@ class GroupMetadataManager:
             return dict(known)
         return {tp: known.get(tp) for tp in partitions}
 
-    def store_offsets(self, group: GroupMetadata, offsets: Offsets,
-                      callback: CommitCallback) -> None:
-        """Append the commit (stamped with this broker's clock, as Kafka
-        does) to the group's partition, wait for the HW, then update the
-        cache and call back with an error per partition."""
+    def _stamped(self, offsets: Offsets) -> tuple[dict, Offsets, int]:
+        """(OFFSET_METADATA_TOO_LARGE per refused partition, the others stamped
+        with this broker's clock, as Kafka does, and that time)."""
         results = {tp: E.OFFSET_METADATA_TOO_LARGE for tp, om in offsets.items()
                    if len(om.metadata) > self.max_metadata_bytes}
         now = self.clock()
         valid = {tp: dataclasses.replace(om, commit_timestamp=now)
                  for tp, om in offsets.items() if tp not in results}
+        return results, valid, now
+
+    def store_offsets(self, group: GroupMetadata, offsets: Offsets,
+                      callback: CommitCallback) -> None:
+        """Append the commit (stamped with this broker's clock, as Kafka
+        does) to the group's partition, wait for the HW, then update the
+        cache and call back with an error per partition."""
+        results, valid, now = self._stamped(offsets)
         if not valid:
             callback(results)
             return
@@ -355,11 +361,7 @@ class GroupMetadataManager:
         """TxnOffsetCommit: the offsets appended as a transactional batch of
         the producer; once the HW passed it they wait in the group for the
         transaction's marker (complete_txn)."""
-        results = {tp: E.OFFSET_METADATA_TOO_LARGE for tp, om in offsets.items()
-                   if len(om.metadata) > self.max_metadata_bytes}
-        now = self.clock()
-        valid = {tp: dataclasses.replace(om, commit_timestamp=now)
-                 for tp, om in offsets.items() if tp not in results}
+        results, valid, now = self._stamped(offsets)
         if not valid:
             callback(results)
             return
