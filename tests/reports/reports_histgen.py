@@ -18,6 +18,7 @@ import random
 from pathlib import Path
 
 from reports.schema import arrow_schema
+from reports.summary import ANOMALY_TYPES
 
 HOLE = object()  # a log slot whose value is gone (acknowledged, then lost)
 
@@ -489,3 +490,14 @@ def reported_keys(summary: dict) -> dict:
                             for x in a["poll-skip"]),
     }
     return out
+
+
+def only(summary, **expected):
+    """All anomaly types not named are empty; the named ones have exactly these keys."""
+    for kind in ANOMALY_TYPES:
+        got = summary["anomalies"][kind]
+        want = expected.get(kind.replace("-", "_"), [])
+        assert len(got) == len(want), (kind, got)
+        for g, w in zip(got, want):
+            for k, v in w.items():
+                assert g[k] == v, (kind, k, g)

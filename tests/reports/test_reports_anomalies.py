@@ -15,7 +15,7 @@ from html import escape
 from pathlib import Path
 
 import pytest
-from reports_histgen import HistoryBuilder, run_json, write_run
+from reports_histgen import HistoryBuilder, only, run_json, write_run
 
 from reports import reference
 from reports.registry import BY_NAME
@@ -35,17 +35,6 @@ def case(fn):
 
 def final_read(b, proc, records, hw, topic="t", partition=0, position=None):
     return b.poll(proc, records, position=position, hw=hw, topic=topic, partition=partition, final=True)
-
-
-def only(summary, **expected):
-    """All anomaly types not named are empty; the named ones have exactly these keys."""
-    for kind in ANOMALY_TYPES:
-        got = summary["anomalies"][kind]
-        want = expected.get(kind.replace("-", "_"), [])
-        assert len(got) == len(want), (kind, got)
-        for g, w in zip(got, want):
-            for k, v in w.items():
-                assert g[k] == v, (kind, k, g)
 
 
 # --------------------------------------------------------------------------- cases

@@ -14,7 +14,7 @@ from html import escape
 from pathlib import Path
 
 import pytest
-from reports_histgen import HistoryBuilder, run_json, write_run
+from reports_histgen import HistoryBuilder, only, run_json, write_run
 
 from reports import api, reference
 from reports.errors import HistoryError
@@ -31,17 +31,6 @@ RC = "read_committed"
 def case(fn):
     CASES[fn.__name__] = fn
     return fn
-
-
-def only(summary, **expected):
-    """All anomaly types not named are empty; the named ones have exactly these keys."""
-    for kind in ANOMALY_TYPES:
-        got = summary["anomalies"][kind]
-        want = expected.get(kind.replace("-", "_"), [])
-        assert len(got) == len(want), (kind, got)
-        for g, w in zip(got, want):
-            for k, v in w.items():
-                assert g[k] == v, (kind, k, g)
 
 
 # --------------------------------------------------------------------------- building histories
