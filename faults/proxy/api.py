@@ -18,8 +18,9 @@ import json
 import logging
 from typing import Any, Awaitable, Callable
 
+from .exposure import Exposure
 from .http import Request, Response
-from .proxy import ListenError, Proxy, split_host_port
+from .proxy import LOOPBACK_ONLY, ListenError, Proxy, split_host_port
 from .toxics import ToxicError, ToxicSpec
 
 VERSION = "2.12.0-chaoslog"
@@ -78,8 +79,9 @@ Route = Callable[..., Awaitable[Response]]
 class Api:
     """Request handlers over the server's proxy table (name -> Proxy)."""
 
-    def __init__(self, proxies: dict[str, Proxy]):
+    def __init__(self, proxies: dict[str, Proxy], exposure: Exposure = LOOPBACK_ONLY):
         self.proxies = proxies
+        self.exposure = exposure   # where new proxies may listen
         self._lock = asyncio.Lock()
 
     async def handle(self, request: Request) -> Response:
@@ -178,7 +180,7 @@ class Api:
                     continue
                 existing.stop()
                 del self.proxies[name]
-            proxy = Proxy(name, listen, upstream)
+            proxy = Proxy(name, listen, upstream, self.exposure)
             try:
                 if enabled:
                     await proxy.start()
@@ -211,7 +213,7 @@ class Api:
         check_upstream(upstream)
         if name in self.proxies:
             raise ApiError("proxy already exists", 409)
-        proxy = Proxy(name, listen, upstream)
+        proxy = Proxy(name, listen, upstream, self.exposure)
         if enabled:
             await proxy.start()
         self.proxies[name] = proxy

@@ -16,8 +16,11 @@ import asyncio
 import socket
 from typing import Any
 
+from .exposure import PROXY, Exposure
 from .link import Connection
 from .toxics import STREAMS, ToxicSpec
+
+LOOPBACK_ONLY = Exposure()
 
 
 class ListenError(OSError):
@@ -53,12 +56,16 @@ def format_address(sockname: tuple) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def bind_listener(address: str) -> socket.socket:
+def bind_listener(address: str, exposure: Exposure = LOOPBACK_ONLY,
+                  role: str = PROXY) -> socket.socket:
     """A listening socket for ``address`` (one socket, first resolved address).
 
     One socket even for names resolving to several addresses, so that port 0
     gives one port to report.  An empty host means every interface, as in
-    Go: dual-stack ``[::]`` when the kernel allows it.
+    Go: dual-stack ``[::]`` when the kernel allows it.  An address that is
+    not loopback is refused (``ListenError``, before binding) unless
+    ``exposure`` allows it (faults/proxy/exposure.py); ``role`` (API or
+    PROXY) says what the listener exposes.
     """
     try:
         host, port = split_host_port(address)
@@ -76,6 +83,10 @@ def bind_listener(address: str) -> socket.socket:
         except socket.gaierror as exc:
             raise ListenError(f"listen tcp {address}: {exc.strerror}", exc.strerror) from None
         candidates = [(info[0], info[4]) for info in infos[:1]]
+    for _family, sockaddr in candidates:
+        refused = exposure.refusal(role, sockaddr[0])
+        if refused:
+            raise ListenError(f"listen tcp {address}: {refused}", refused)
     error: OSError | None = None
     for family, sockaddr in candidates:
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -97,8 +108,10 @@ def bind_listener(address: str) -> socket.socket:
 class Proxy:
     """A named TCP proxy with its toxic chains (one list per stream)."""
 
-    def __init__(self, name: str, listen: str, upstream: str):
+    def __init__(self, name: str, listen: str, upstream: str,
+                 exposure: Exposure = LOOPBACK_ONLY):
         self.name = name
+        self.exposure = exposure
         self.listen = listen
         self.upstream = upstream
         self.enabled = False
@@ -123,8 +136,9 @@ class Proxy:
         ErrProxyAlreadyStarted is ignored by every caller that matters)."""
         if self.enabled:
             return
-        sock = bind_listener(self.listen)
+        sock = bind_listener(self.listen, self.exposure, PROXY)
         self.listen = format_address(sock.getsockname())
+        self.exposure.bound(PROXY, self.listen, sock.getsockname()[0], self.name)
         self._server = await asyncio.start_server(self._accepted, sock=sock)
         self.enabled = True
 

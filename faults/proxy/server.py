@@ -17,19 +17,26 @@ import asyncio
 import threading
 
 from .api import Api
+from .exposure import API, Exposure
 from .http import serve_connection
 from .proxy import ListenError, Proxy, bind_listener, format_address
 
 
 class ProxyServer:
     """A Toxiproxy-compatible server.  ``port=0`` picks a free port; read the
-    real one from ``.port`` once started."""
+    real one from ``.port`` once started.
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 8474):
+    The API and every proxy listen on loopback addresses only, unless
+    ``exposure`` allows others (then each one bound warns on stderr:
+    faults/proxy/exposure.py)."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 8474,
+                 exposure: Exposure | None = None):
         self.host = host
         self.port = port
+        self.exposure = exposure or Exposure()
         self.proxies: dict[str, Proxy] = {}
-        self.api = Api(self.proxies)
+        self.api = Api(self.proxies, self.exposure)
         self._server: asyncio.base_events.Server | None = None
         self._clients: set[asyncio.Task] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -45,10 +52,11 @@ class ProxyServer:
         """Bind the API address (``ListenError`` if impossible) and serve."""
         address = format_address((self.host, self.port))
         try:
-            sock = bind_listener(address)
+            sock = bind_listener(address, self.exposure, API)
         except ListenError as exc:
             raise ListenError(f"cannot listen on {address}: {exc.reason}", exc.reason) from None
         self.port = sock.getsockname()[1]
+        self.exposure.bound(API, format_address((self.host, self.port)), sock.getsockname()[0])
         self._loop = asyncio.get_running_loop()
         self._server = await asyncio.start_server(self._accepted, sock=sock)
 
