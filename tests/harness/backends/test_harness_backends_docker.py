@@ -48,3 +48,19 @@ def test_other_docker_errors_are_not_tried_again():
     with pytest.raises(APIError):
         _cluster(container).pause_node("broker-1")
     assert container.tries == 1
+
+
+def test_the_proxy_container_binds_its_interfaces_explicitly():
+    """Inside its container the proxy must listen on the container's interface
+    (brokers in other containers reach it there): 0.0.0.0, allowed by the
+    flag, with the reason its warning gives (faults/proxy/README.md)."""
+    import argparse
+
+    from faults.proxy import cli
+    command = backend.proxy_command()
+    assert command[:3] == ["python", "-m", "faults.proxy"]
+    parser = argparse.ArgumentParser()
+    cli._add_arguments(parser)
+    args = parser.parse_args(command[3:])
+    assert args.host == "0.0.0.0" and args.port == backend.PROXY_API_PORT
+    assert args.allow_non_loopback and "container" in args.bind_reason
