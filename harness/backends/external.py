@@ -27,7 +27,10 @@ it really listens), the harness runs the Toxiproxy-compatible proxy
 (faults/proxy) on this machine between the clients and the brokers, so that
 `partition-clients` and the link faults (latency, bandwidth, slicer,
 reset-peer, link-timeout) act on the clients' connections. The brokers must
-advertise the `listen` addresses: clients follow what Metadata says.
+advertise the `listen` addresses: clients follow what Metadata says. The
+proxy's API is on 127.0.0.1; a `listen` address that is not loopback needs
+`allow_non_loopback = "why"` in its table, and a warning says so when the
+proxy starts (faults/proxy/README.md, "Control surfaces").
 """
 from __future__ import annotations
 
@@ -58,6 +61,8 @@ COMMANDS_NEEDED = {"kill": ("kill", "start"), "stop": ("stop", "start"),
                    "pause": ("pause", "resume"), "hard-bounce": ("kill", "start"),
                    "clean-bounce": ("stop", "start")}
 PLACEHOLDERS = ("node", "id", "host", "port")
+# The key of a [proxy.broker-N] table that lets its proxy listen beyond loopback.
+ALLOW_KEY = "allow_non_loopback"
 COMMAND_TIMEOUT_S = 120.0
 METADATA_TIMEOUT_S = 10.0
 REGISTER_TIMEOUT_S = 90.0
@@ -145,6 +150,51 @@ def check_commands(commands: dict[str, Any], where: str) -> None:
                                f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)} ({e})") from None
 
 
+def listens_on_loopback(listen: str) -> bool:
+    """Whether the proxy would bind `listen` (HOST:PORT) on loopback only; a
+    name that does not resolve here counts as loopback (the proxy refuses it
+    when it binds, if it is not)."""
+    from faults.proxy.exposure import resolves_to_loopback
+    host = listen.rpartition(":")[0]
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return resolves_to_loopback(host) is not False
+
+
+def exposed_listeners(proxies: dict[str, dict[str, Any]]) -> dict[str, tuple[str, str]]:
+    """node -> (listen, reason) of the tables whose proxy listens beyond loopback."""
+    out = {}
+    for node, p in sorted(proxies.items()):
+        allow = p.get(ALLOW_KEY, False)
+        if allow and not listens_on_loopback(str(p["listen"])):
+            out[node] = (str(p["listen"]),
+                         allow if isinstance(allow, str) else "allowed by the command file")
+    return out
+
+
+def proxy_argv(api_port: int, label: str, proxies: dict[str, dict[str, Any]]) -> list[str]:
+    """The proxy's command: its API on 127.0.0.1; listeners beyond loopback
+    allowed only for the tables that allow them (check_proxies), with their reasons."""
+    argv = [sys.executable, "-m", "faults.proxy", "--host", "127.0.0.1",
+            "--port", str(api_port), "--label", label]
+    exposed = exposed_listeners(proxies)
+    if exposed:
+        argv += ["--allow-non-loopback", "--bind-reason",
+                 "; ".join(f"{node}: {why}" for node, (_, why) in exposed.items())]
+    return argv
+
+
+def exposure_warning(proxies: dict[str, dict[str, Any]]) -> str | None:
+    """The one line the harness prints when the proxy listens beyond loopback."""
+    exposed = exposed_listeners(proxies)
+    if not exposed:
+        return None
+    where = ", ".join(f"{listen} ({node}: {why})" for node, (listen, why) in exposed.items())
+    return (f"chaoslog: WARNING: the proxy in front of the brokers listens beyond loopback on "
+            f"{where}: anyone who can reach those addresses connects through to the brokers "
+            f"[{ALLOW_KEY} in the command file]")
+
+
 def check_node_name(node: str, where: str) -> None:
     if not node.startswith("broker-") or not node[7:].isdigit():
         raise ClusterError(f"{where}: nodes are named broker-N")
@@ -152,19 +202,32 @@ def check_node_name(node: str, where: str) -> None:
 
 def check_proxies(proxies: dict[str, Any], brokers: list[str] | None, where: str) -> None:
     """[proxy.broker-N] tables: `listen` and `upstream` addresses, for every
-    broker (`brokers`, when known) or for none."""
+    broker (`brokers`, when known) or for none; a `listen` address that is
+    not loopback only with `allow_non_loopback = "why"` (or true)."""
     for node, p in proxies.items():
         check_node_name(node, f"{where}: [proxy.{node}]")
-        if not isinstance(p, dict) or set(p) != {"listen", "upstream"}:
+        if (not isinstance(p, dict) or not {"listen", "upstream"} <= set(p)
+                or not set(p) <= {"listen", "upstream", ALLOW_KEY}):
             raise ClusterError(f"{where}: [proxy.{node}] needs listen = \"HOST:PORT\" (what "
                                "the broker advertises) and upstream = \"HOST:PORT\" (where it "
-                               "listens), nothing else")
+                               f"listens), nothing else but {ALLOW_KEY} = \"why\"")
         for key in ("listen", "upstream"):
             try:
                 addresses(str(p[key]))
             except ClusterError:
                 raise ClusterError(f"{where}: [proxy.{node}] {key} = {p[key]!r}: expected "
                                    "HOST:PORT") from None
+        allow = p.get(ALLOW_KEY, False)
+        if not (allow is True or allow is False or (isinstance(allow, str) and allow.strip())):
+            raise ClusterError(f"{where}: [proxy.{node}] {ALLOW_KEY} = {allow!r}: a reason "
+                               "(a non-empty string) or true")
+        if not allow and not listens_on_loopback(str(p["listen"])):
+            raise ClusterError(
+                f"{where}: [proxy.{node}] listen = {p['listen']!r} is not a loopback address: "
+                f"the harness's proxy would listen there, and anyone who can reach it connects "
+                f"through to {node}; the clients run on this machine, so 127.0.0.1:PORT does "
+                f"for them (if the brokers must reach it too, add {ALLOW_KEY} = \"why\" to the "
+                "table: docs/targets.md)")
     missing = sorted(set(brokers or ()) - set(proxies)) if proxies else []
     if missing:
         raise ClusterError(f"{where}: no [proxy.{missing[0]}]: the proxy goes in front of every "
@@ -197,7 +260,9 @@ def load_commands(path: str | Path) -> tuple[dict[str, str], dict[str, dict[str,
         check_commands(cmds, f"command file {p} [nodes.{node}]")
     check_proxies(proxies, None, f"command file {p}")
     return (dict(data), {k: dict(v) for k, v in nodes.items()},
-            {k: {"listen": str(v["listen"]), "upstream": str(v["upstream"])}
+            {k: {"listen": str(v["listen"]), "upstream": str(v["upstream"]),
+                 **({ALLOW_KEY: v[ALLOW_KEY] if isinstance(v[ALLOW_KEY], str)
+                     else "allowed by the command file"} if v.get(ALLOW_KEY) else {})}
              for k, v in proxies.items()})
 
 
@@ -317,8 +382,10 @@ class ExternalCluster(Cluster, ProxiedLinkTable):
         from harness.host import free_port
         self.base_dir = Path(tempfile.mkdtemp(prefix=f"chaoslog-{self.spec.name}-"))
         api = f"127.0.0.1:{free_port()}"
-        argv = [sys.executable, "-m", "faults.proxy", "--host", "127.0.0.1",
-                "--port", api.rsplit(":", 1)[1], "--label", str(self.base_dir)]
+        argv = proxy_argv(int(api.rsplit(":", 1)[1]), str(self.base_dir), self.spec.proxies)
+        warning = exposure_warning(self.spec.proxies)
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
         self._proxy = LocalProcess("proxy", argv, self.base_dir / "proxy.log",
                                    str(self.base_dir), cwd=self.base_dir)
         self._proxy.start()

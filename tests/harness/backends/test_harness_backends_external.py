@@ -104,6 +104,40 @@ def test_with_the_proxy_on_the_clients_links_their_faults_can_run():
         ExternalCluster(spec(proxies=proxies))
 
 
+def test_the_proxy_listens_beyond_loopback_only_when_the_table_allows_it(tmp_path):
+    """Clients run on this machine: a `listen` elsewhere is refused unless
+    its table says allow_non_loopback (faults/proxy/README.md, "Control
+    surfaces"); then the proxy is started with the flag and the harness warns."""
+    from harness.backends.external import exposure_warning, proxy_argv
+    path = tmp_path / "commands.toml"
+    path.write_text('[proxy.broker-1]\nlisten = "0.0.0.0:19091"\nupstream = "10.0.0.1:9092"\n')
+    with pytest.raises(ClusterError, match=r"listen = '0.0.0.0:19091' is not a loopback address.*"
+                                           "allow_non_loopback"):
+        load_commands(path)
+    path.write_text('[proxy.broker-1]\nlisten = "0.0.0.0:19091"\nupstream = "10.0.0.1:9092"\n'
+                    'allow_non_loopback = ""\n')
+    with pytest.raises(ClusterError, match="a reason"):
+        load_commands(path)
+    path.write_text('[proxy.broker-1]\nlisten = "0.0.0.0:19091"\nupstream = "10.0.0.1:9092"\n'
+                    'allow_non_loopback = "the brokers reach it"\n'
+                    '[proxy.broker-2]\nlisten = "localhost:19092"\nupstream = "10.0.0.2:9092"\n')
+    _, _, proxies = load_commands(path)
+    assert proxies["broker-1"]["allow_non_loopback"] == "the brokers reach it"
+    argv = proxy_argv(8474, "label", proxies)
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"    # the API: loopback, always
+    assert "--allow-non-loopback" in argv
+    assert argv[argv.index("--bind-reason") + 1] == "broker-1: the brokers reach it"
+    warning = exposure_warning(proxies)
+    assert warning.startswith("chaoslog: WARNING: ") and "0.0.0.0:19091" in warning
+    assert "broker-2" not in warning and "\n" not in warning
+    # Loopback tables: no flag, no warning.
+    loopback = {"broker-1": {"listen": "127.0.0.1:19091", "upstream": "10.0.0.1:9092"}}
+    assert "--allow-non-loopback" not in proxy_argv(8474, "label", loopback)
+    assert exposure_warning(loopback) is None
+    ExternalSpec(bootstrap="10.0.0.1:9092", broker_ids=[1, 2], proxies=proxies,
+                 proxied=True).validate()
+
+
 def test_commands_get_the_node_and_a_failing_command_says_what_it_printed(tmp_path):
     log = tmp_path / "did"
     cluster = ExternalCluster(spec(commands={
