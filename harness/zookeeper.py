@@ -59,10 +59,15 @@ def log4j_to_file(log_file: Path, level: str = "WARN") -> str:
 
 def zoo_cfg(data_dir: Path, client_port: int, tick_ms: int = 2000,
             servers: dict[int, tuple[str, int, int]] | None = None,
-            extra: dict[str, object] | None = None) -> str:
-    """zoo.cfg; `extra` adds settings (key=value lines) after the common ones."""
+            extra: dict[str, object] | None = None, client_address: str = "127.0.0.1") -> str:
+    """zoo.cfg; `extra` adds settings (key=value lines) after the common ones.
+    A ZooKeeper on this machine listens on loopback only: the client port on
+    `client_address` (ZooKeeper's default is every interface), the ensemble
+    ports on the servers' addresses (127.0.0.1 in the local backend), no
+    admin server (Jetty on every interface, port 8080, by default)."""
     lines = [f"tickTime={tick_ms}", "initLimit=10", "syncLimit=5", f"dataDir={data_dir}",
-             f"clientPort={client_port}", "admin.enableServer=false",
+             f"clientPort={client_port}", f"clientPortAddress={client_address}",
+             "admin.enableServer=false",
              "4lw.commands.whitelist=*", "maxClientCnxns=0"]
     lines += [f"{k}={v}" for k, v in (extra or {}).items()]
     for sid, (host, peer, election) in sorted((servers or {}).items()):
@@ -175,7 +180,7 @@ class StandaloneZooKeeper:
         conf.mkdir(parents=True, exist_ok=True)
         data.mkdir(exist_ok=True)
         (conf / "zoo.cfg").write_text(zoo_cfg(data, self.port, self.tick_ms, extra={
-            "clientPortAddress": "127.0.0.1", "minSessionTimeout": 1000,
+            "minSessionTimeout": 1000,
             "forceSync": "yes" if self.fsync else "no", "jute.maxbuffer": JUTE_MAXBUFFER}))
         (conf / "log4j.properties").write_text(log4j_to_file(self.dir / "zookeeper.log"))
         stderr = self.dir / "stderr.log"
