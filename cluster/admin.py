@@ -30,6 +30,7 @@ from cluster.config import COORDINATION_MODES
 from cluster.controller.assignment import AssignmentError, assign_replicas
 from cluster.controller.state_change_log import read_state_log
 from cluster.coordination import AdminError, Coordination
+from cluster.server.sasl import make_credential
 from cluster.zkpaths import BrokerRegistration, TopicAssignment
 from contracts.deadline import wait_until
 
@@ -337,6 +338,52 @@ def _wait(cond, timeout: float, msg: str):
 
 
 # ---------------------------------------------------------------- CLI
+# -- users (docs/design.md#security) ------------------------------------------------------
+
+def set_user(zk: KazooClient, user: str, password: str,
+             mechanisms: Iterable[str] = ("SCRAM-SHA-256", "SCRAM-SHA-512")) -> None:
+    """Create or replace a user's SCRAM credentials, as Kafka's kafka-configs
+    --add-config 'SCRAM-SHA-512=[password=...]' does: the salted keys, never
+    the password. PLAIN is checked against them too."""
+    if not user or "/" in user:
+        raise AdminError(f"bad user name {user!r}: not empty, no '/'")
+    if not password:
+        raise AdminError(f"user {user}: an empty password")
+    try:
+        config = {m: make_credential(m, password).to_config() for m in mechanisms}
+    except ValueError as e:
+        raise AdminError(str(e)) from None
+    path = zkpaths.user_config_path(user)
+    data = zkpaths.encode_user_config(config)
+    zk.ensure_path(zkpaths.CONFIG_USERS)
+    try:
+        zk.set(path, data)
+    except NoNodeError:
+        zk.create(path, data)
+
+
+def delete_user(zk: KazooClient, user: str) -> None:
+    try:
+        zk.delete(zkpaths.user_config_path(user))
+    except NoNodeError:
+        raise AdminError(f"no user {user!r}") from None
+
+
+def list_users(zk: KazooClient) -> dict[str, list[str]]:
+    """Each user and the mechanisms it has credentials for (no credential)."""
+    try:
+        users = zk.get_children(zkpaths.CONFIG_USERS)
+    except NoNodeError:
+        return {}
+    out = {}
+    for user in sorted(users):
+        try:
+            out[user] = sorted(zkpaths.decode_user_config(zk.get(zkpaths.user_config_path(user))[0]))
+        except NoNodeError:
+            continue
+    return out
+
+
 def connect(hosts: str, timeout: float = 10.0) -> KazooClient:
     zk = KazooClient(hosts=hosts, timeout=timeout, connection_retry={"max_tries": 1})
     try:

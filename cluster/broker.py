@@ -35,6 +35,8 @@ from cluster import modes
 from cluster.config import BrokerConfig, ConfigError
 from cluster.coordination import Component
 from cluster.log import LogConfig, LogManager
+from cluster.server.authenticator import SaslAuthenticator
+from cluster.server.credentials import CredentialCache
 from cluster.server.kafka_apis import KafkaApis
 from cluster.server.metadata_cache import MetadataCache
 from cluster.server.replica_manager import ReplicaManager
@@ -49,6 +51,7 @@ log = logging.getLogger("cluster.broker")
 class Broker:
     def __init__(self, cfg: BrokerConfig):
         self.cfg = cfg
+        self.server_ssl = cfg.security.server_ssl_context()   # cfg.security: ConfigError when unusable
         self.broker_id = cfg.broker_id
         self.log_dir = Path(cfg["log.dirs"].split(",")[0])
         self.coordination = modes.of(cfg["coordination"])   # the mode, chosen here once
@@ -89,7 +92,8 @@ class Broker:
         self.apis = KafkaApis(cfg, self.rm, self.metadata, zk, self.coordination, component,
                               window=window)
         self.server = SocketServer(self.apis, cfg["host.name"], cfg["port"],
-                                   cfg["socket.request.max.bytes"])
+                                   cfg["socket.request.max.bytes"], self.server_ssl,
+                                   await self._authenticators())
         await self.server.start()
         await component.start()
         await self._register()
@@ -99,6 +103,16 @@ class Broker:
         log.info("broker %d shutting down", self.broker_id)
         await self._shutdown()
         return 0
+
+    async def _authenticators(self):
+        """On a SASL listener: a new connection's authenticator, which looks
+        users up in the credential cache (docs/design.md#security)."""
+        security = self.cfg.security
+        if not security.sasl:
+            return None
+        credentials = CredentialCache(self.zk.kazoo)
+        await self.zk.call(credentials.start)
+        return lambda peer: SaslAuthenticator(security.mechanisms, credentials.lookup, peer)
 
     # -- ZooKeeper registration -------------------------------------------------------------
 
@@ -157,12 +171,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         cfg = BrokerConfig.load(argv[0])
+        broker = Broker(cfg)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     setup_logging(cfg.broker_id)
     try:
-        return asyncio.run(Broker(cfg).run())
+        return asyncio.run(broker.run())
     except KeyboardInterrupt:
         return 0
 

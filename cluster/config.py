@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cluster.protocol.sasl import MECHANISMS as SASL_MECHANISMS, SECURITY_PROTOCOLS
+from cluster.security import BrokerSecurity, SecurityError
+
 # key -> default. The type of the default is the type of the setting.
 # The coordination modes (cluster/coordination.py builds them).
 COORDINATION_MODES = ("controller", "v2")
@@ -93,6 +96,24 @@ DEFAULTS: dict[str, Any] = {
     "v2.preferred.replica.wait.ms": 500,      # the seed's PreferredReplicaTime
     "v2.metadata.refresh.ms": 500,            # how often a V2 broker reads the cluster
     "v2.state.queue.max.requests": 1000,
+    # Security (docs/design.md#security). This broker has one listener, and it
+    # speaks security.inter.broker.protocol: to clients and to the other
+    # brokers (fetches, controller requests, transaction markers).
+    "security.inter.broker.protocol": "PLAINTEXT",   # PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL
+    "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+    "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+    # Not Kafka keys (Kafka reads them from a JAAS config): the user this
+    # broker authenticates as to the others, and the file holding its
+    # password, so that no password is written in this file.
+    "sasl.inter.broker.username": "",
+    "sasl.inter.broker.password.file": "",
+    # TLS, PEM files only: the keystore holds the private key and the
+    # certificate chain, the truststore the CA certificates.
+    "ssl.keystore.type": "PEM",
+    "ssl.keystore.location": "",
+    "ssl.truststore.type": "PEM",
+    "ssl.truststore.location": "",
+    "ssl.endpoint.identification.algorithm": "https",   # "": brokers do not check each other's names
     # Harness hook, not a Kafka key: per-peer address overrides so that each
     # broker-to-broker link can be routed through its own proxy.
     # Format: "2=127.0.0.1:20012,3=127.0.0.1:20013".
@@ -151,6 +172,7 @@ def render_properties(values: dict[str, Any]) -> str:
 @dataclass
 class BrokerConfig:
     values: dict[str, Any] = field(default_factory=lambda: dict(DEFAULTS))
+    _security: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_dict(cls, overrides: dict[str, Any]) -> "BrokerConfig":
@@ -188,7 +210,46 @@ class BrokerConfig:
                               "must be at least 1")
         if self["broker.id"] < 0:
             raise ConfigError("broker.id must not be negative")
+        self._validate_security()
         self.peer_addresses()  # parse errors surface now
+
+    def _validate_security(self) -> None:
+        protocol = self["security.inter.broker.protocol"]
+        if protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(f"security.inter.broker.protocol={protocol}: use one of "
+                              f"{', '.join(SECURITY_PROTOCOLS)}")
+        unknown = set(self.sasl_mechanisms) - set(SASL_MECHANISMS)
+        if unknown or not self.sasl_mechanisms:
+            raise ConfigError(f"sasl.enabled.mechanisms={self['sasl.enabled.mechanisms']}: "
+                              f"a list of {', '.join(SASL_MECHANISMS)}")
+        if self["sasl.mechanism.inter.broker.protocol"] not in self.sasl_mechanisms:
+            raise ConfigError("sasl.mechanism.inter.broker.protocol must be one of "
+                              "sasl.enabled.mechanisms")
+        for key in ("ssl.keystore.type", "ssl.truststore.type"):
+            if self[key] != "PEM":
+                raise ConfigError(f"{key}={self[key]}: only PEM files are read")
+        if protocol in ("SSL", "SASL_SSL") and not self["ssl.keystore.location"]:
+            raise ConfigError(f"security.inter.broker.protocol={protocol} needs "
+                              "ssl.keystore.location (a PEM file: key and certificate chain)")
+        if protocol.startswith("SASL") and not (self["sasl.inter.broker.username"]
+                                                and self["sasl.inter.broker.password.file"]):
+            raise ConfigError(f"security.inter.broker.protocol={protocol} needs "
+                              "sasl.inter.broker.username and sasl.inter.broker.password.file")
+
+    @property
+    def security(self):
+        """The broker's security (cluster/security.py), made once: the
+        password file is read on first use, at startup."""
+        if self._security is None:
+            try:
+                self._security = BrokerSecurity.from_config(self)
+            except SecurityError as e:
+                raise ConfigError(str(e)) from None
+        return self._security
+
+    @property
+    def sasl_mechanisms(self) -> tuple[str, ...]:
+        return tuple(m.strip() for m in self["sasl.enabled.mechanisms"].split(",") if m.strip())
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]

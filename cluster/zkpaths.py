@@ -54,11 +54,12 @@ STATE_CHANGE_LOG = "/state_change_log"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"  # Kafka's path (KIP-98)
 BROKER_STATE = "/brokers/state"                  # V2: the state-change queues
 PARTITIONS_REASSIGNED = "/brokers/partitions_reassigned"   # V2: partitions being changed
+CONFIG_USERS = "/config/users"                   # Kafka's path: SCRAM credentials
 
 # Persistent paths created on first start (by any broker, idempotently).
 PERSISTENT_PATHS = (
     BROKER_IDS, BROKER_START_EPOCHS, TOPICS, PARTITIONS_ADD, PARTITIONS_REMOVE,
-    DELETE_TOPICS, ISR_CHANGE_NOTIFICATION, STATE_CHANGE_LOG,
+    DELETE_TOPICS, ISR_CHANGE_NOTIFICATION, STATE_CHANGE_LOG, CONFIG_USERS,
 )
 
 NO_LEADER = -1
@@ -84,6 +85,19 @@ def leader_lock_path(topic: str, partition: int) -> str:
 def partitions_reassigned_path(topic: str, partition: int | None = None) -> str:
     base = f"{PARTITIONS_REASSIGNED}/{topic}"
     return base if partition is None else f"{base}/{partition}"
+
+
+def user_config_path(user: str) -> str:
+    return f"{CONFIG_USERS}/{user}"
+
+
+def encode_user_config(config: dict[str, str]) -> bytes:
+    """A user's znode as Kafka writes it: {"version":1,"config":{MECHANISM: credential}}."""
+    return dumps({"version": 1, "config": config})
+
+
+def decode_user_config(data: bytes) -> dict[str, str]:
+    return dict((loads(data) or {}).get("config", {}))
 
 
 def topic_path(topic: str) -> str:

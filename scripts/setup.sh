@@ -10,9 +10,10 @@ say() { echo "[setup] $*" >&2; }
 # Debian's ZooKeeper jars serve the local backend, Java also PySpark. kcat,
 # Go and Debian's sarama and kafka-go sources are the non-Python clients of
 # tests/cluster/server/test_foreign_clients_e2e.py (built offline from
-# /usr/share/gocode).
+# /usr/share/gocode). openssl makes each secure cluster's certificates
+# (harness/certificates.py).
 pkgs=(mmdebstrap openjdk-17-jre-headless libzookeeper-java liblog4j1.2-java libslf4j-java
-      kcat golang-go golang-github-shopify-sarama-dev golang-github-segmentio-kafka-go-dev)
+      openssl kcat golang-go golang-github-shopify-sarama-dev golang-github-segmentio-kafka-go-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -19,6 +19,7 @@ from collections import deque
 from typing import Any, Callable
 
 from cluster.protocol import control
+from cluster.security import PLAINTEXT, BrokerSecurity
 
 log = logging.getLogger("chaoslog.controller.channel")
 
@@ -66,7 +67,8 @@ class BrokerChannel:
                 pass
 
     def _connect(self) -> socket.socket:
-        s = socket.create_connection(self.addr, timeout=self.manager.connect_timeout)
+        s = self.manager.security.connect(self.addr, self.manager.connect_timeout,
+                                          f"controller-{self.manager.controller_id}".encode())
         s.settimeout(self.manager.socket_timeout)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return s
@@ -149,8 +151,10 @@ class BrokerChannel:
 class ChannelManager:
     def __init__(self, controller_id: int, *, peer_addresses: dict[int, tuple[str, int]] | None = None,
                  socket_timeout: float = 30.0, connect_timeout: float = 5.0,
-                 backoff_min: float = 0.1, backoff_max: float = 2.0) -> None:
+                 backoff_min: float = 0.1, backoff_max: float = 2.0,
+                 security: BrokerSecurity = PLAINTEXT) -> None:
         self.controller_id = controller_id
+        self.security = security   # TLS and SASL on the brokers' listener (cluster/security.py)
         self.peer_addresses = peer_addresses or {}
         self.socket_timeout = socket_timeout
         self.connect_timeout = connect_timeout

@@ -462,7 +462,8 @@ class Controller:
         self.reassigner.load_in_progress()
         self.channels = ChannelManager(
             self.broker_id, peer_addresses=self.config.peer_addresses(),
-            socket_timeout=self.config["controller.socket.timeout.ms"] / 1000)
+            socket_timeout=self.config["controller.socket.timeout.ms"] / 1000,
+            security=self.config.security)
         for b, reg in self.ctx.live_brokers.items():
             self.channels.add_broker(b, reg.host, reg.port)
         self.psm.initialize()

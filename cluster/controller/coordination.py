@@ -208,7 +208,8 @@ class ControllerComponent:
                     addr = (reg.host, reg.port) if reg else None
                 if addr is None:
                     raise ConnectionError("no controller")
-                conn = BrokerConnection(addr[0], addr[1], f"broker-{self.broker_id}", timeout)
+                conn = BrokerConnection(addr[0], addr[1], f"broker-{self.broker_id}", timeout,
+                                        self.cfg.security)
                 await conn.connect()
                 try:
                     frame = control.encode_request(

@@ -39,13 +39,15 @@ from kafka.protocol.consumer import (FetchRequest, FetchResponse, HeartbeatReque
 from kafka.protocol.metadata import (ApiVersionsRequest, ApiVersionsResponse,
                                      FindCoordinatorRequest, FindCoordinatorResponse,
                                      MetadataRequest, MetadataResponse)
+from kafka.protocol.sasl import (SaslAuthenticateRequest, SaslAuthenticateResponse,
+                                 SaslHandshakeRequest, SaslHandshakeResponse)
 from kafka.protocol.producer import (AddOffsetsToTxnRequest, AddOffsetsToTxnResponse,
                                      AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
                                      EndTxnRequest, EndTxnResponse, InitProducerIdRequest,
                                      InitProducerIdResponse, ProduceRequest, ProduceResponse,
                                      TxnOffsetCommitRequest, TxnOffsetCommitResponse)
 
-from cluster.protocol import control
+from cluster.protocol import control, sasl
 from cluster.protocol.frame import ProtocolError
 
 PRODUCE = 0
@@ -79,6 +81,8 @@ DESCRIBE_TRANSACTIONS = 65
 LIST_TRANSACTIONS = 66
 DESCRIBE_CONFIGS = 32
 CREATE_PARTITIONS = 37
+SASL_HANDSHAKE = sasl.SASL_HANDSHAKE
+SASL_AUTHENTICATE = sasl.SASL_AUTHENTICATE
 
 # api key -> (min version, max version, request class, response class)
 # The client APIs reach the versions a Kafka 2.0 broker accepts, so that a
@@ -138,9 +142,19 @@ TRANSACTION_APIS: dict[int, tuple[int, int, type, type]] = {
     LIST_TRANSACTIONS: (0, 1, ListTransactionsRequest, ListTransactionsResponse),
 }
 
+# Authentication (docs/design.md#security): served before any other request
+# on a SASL listener (cluster/server/authenticator.py), refused with
+# ILLEGAL_SASL_STATE on a listener without SASL, as Kafka does. Handshake v0
+# sends the tokens as raw frames; SaslAuthenticate v1 answers a session
+# lifetime (KIP-368).
+SASL_APIS: dict[int, tuple[int, int, type, type]] = {
+    SASL_HANDSHAKE: (0, 1, SaslHandshakeRequest, SaslHandshakeResponse),
+    SASL_AUTHENTICATE: (0, 1, SaslAuthenticateRequest, SaslAuthenticateResponse),
+}
+
 # Every request a client may send, with its codec.
 SERVED_APIS: dict[int, tuple[int, int, type, type]] = {**CLIENT_APIS, **GROUP_APIS,
-                                                       **TRANSACTION_APIS}
+                                                       **TRANSACTION_APIS, **SASL_APIS}
 
 # Everything advertised in ApiVersions: the client APIs and the controller's.
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
@@ -161,7 +175,8 @@ NAMES = {PRODUCE: "Produce", FETCH: "Fetch", LIST_OFFSETS: "ListOffsets", METADA
          ADD_PARTITIONS_TO_TXN: "AddPartitionsToTxn", ADD_OFFSETS_TO_TXN: "AddOffsetsToTxn",
          END_TXN: "EndTxn", WRITE_TXN_MARKERS: "WriteTxnMarkers",
          TXN_OFFSET_COMMIT: "TxnOffsetCommit", DESCRIBE_TRANSACTIONS: "DescribeTransactions",
-         LIST_TRANSACTIONS: "ListTransactions"}
+         LIST_TRANSACTIONS: "ListTransactions", SASL_HANDSHAKE: "SaslHandshake",
+         SASL_AUTHENTICATE: "SaslAuthenticate"}
 
 
 # The first flexible version (KIP-482: compact encodings, tagged fields) of

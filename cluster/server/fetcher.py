@@ -40,6 +40,7 @@ from cluster.log.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from cluster.log.errors import CorruptRecordError, InvalidOffsetError
 from cluster.protocol import api
 from cluster.protocol import errors as E
+from cluster.security import PLAINTEXT, BrokerSecurity
 
 log = logging.getLogger(__name__)
 
@@ -52,19 +53,22 @@ _HDR = struct.Struct(">hhih")
 
 
 class BrokerConnection:
-    """A minimal client connection for broker-to-broker requests (one in flight)."""
+    """A minimal client connection for broker-to-broker requests (one in
+    flight), over the broker's security protocol (cluster/security.py)."""
 
-    def __init__(self, host: str, port: int, client_id: str, timeout_s: float):
+    def __init__(self, host: str, port: int, client_id: str, timeout_s: float,
+                 security: BrokerSecurity = PLAINTEXT):
         self.host, self.port = host, port
         self.client_id = client_id.encode()
         self.timeout_s = timeout_s
+        self.security = security
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._corr = itertools.count(1)
 
     async def connect(self) -> None:
-        self._reader, self._writer = await asyncio.wait_for(
-            asyncio.open_connection(self.host, self.port), self.timeout_s)
+        self._reader, self._writer = await self.security.connect_async(
+            self.host, self.port, self.client_id, self.timeout_s)
 
     @property
     def connected(self) -> bool:
@@ -144,6 +148,7 @@ class ReplicaFetcher:
         self.address_of = address_of  # cached: what the controller last said
         self.lookup_address = lookup_address  # slow (ZooKeeper): nothing cached, or it failed
         self.replica_id = cfg.broker_id
+        self.security = cfg.security
         self.max_wait_ms = cfg["replica.fetch.wait.max.ms"]
         self.min_bytes = cfg["replica.fetch.min.bytes"]
         self.max_bytes = cfg["replica.fetch.max.bytes"]
@@ -247,7 +252,7 @@ class ReplicaFetcher:
         if addr is None:
             raise ConnectionError(f"no address known for broker {self.source_id}")
         conn = BrokerConnection(addr[0], addr[1], f"replica-fetcher-{self.replica_id}",
-                                self.timeout_s)
+                                self.timeout_s, self.security)
         try:
             await conn.connect()
         except (OSError, asyncio.TimeoutError):

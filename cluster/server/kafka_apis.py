@@ -19,6 +19,7 @@ from kafka.protocol.consumer import (FetchResponse, ListOffsetsResponse,
                                      OffsetForLeaderEpochResponse)
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
+from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 from kafka.record.default_records import DefaultRecordBatch
 
 from cluster.coordination import Component, Coordination
@@ -573,6 +574,16 @@ class KafkaApis:
             return self._respond(hdr, await serve(hdr, req))
         return run()
 
+    # -- SASL on a listener without it (docs/design.md#security) ------------------------------
+
+    def _sasl_refused(self, hdr: RequestHeader, req):
+        if hdr.api_key == api.SASL_HANDSHAKE:
+            return self._respond(hdr, SaslHandshakeResponse(error_code=E.ILLEGAL_SASL_STATE,
+                                                            mechanisms=[]))
+        return self._respond(hdr, SaslAuthenticateResponse(
+            error_code=E.ILLEGAL_SASL_STATE, error_message="this listener does not use SASL",
+            auth_bytes=b"", session_lifetime_ms=0))
+
     # -- group requests (docs/design.md#groups) ---------------------------------------------
 
     def _group(self, hdr: RequestHeader, req):
@@ -607,4 +618,5 @@ class KafkaApis:
         **dict.fromkeys((api.ADD_PARTITIONS_TO_TXN, api.ADD_OFFSETS_TO_TXN, api.END_TXN,
                          api.TXN_OFFSET_COMMIT, api.DESCRIBE_TRANSACTIONS,
                          api.LIST_TRANSACTIONS), _transaction),
+        **dict.fromkeys(api.SASL_APIS, _sasl_refused),
     }

@@ -16,6 +16,7 @@ import base64
 import hashlib
 import hmac
 import os
+import secrets
 from dataclasses import dataclass
 from typing import Callable
 
@@ -137,7 +138,8 @@ class ScramServer:
         self.mechanism = mechanism
         self.hash = MECHANISMS[mechanism]
         self.lookup = lookup
-        self.server_nonce = (nonce or base64.b64encode(os.urandom(24))).decode()
+        # Alphanumeric, as Kafka's: some clients mis-parse a nonce with '+' or '/'.
+        self.server_nonce = (nonce or secrets.token_hex(16).encode()).decode()
         self.state = "client-first"
         self.user: str | None = None
 
@@ -182,7 +184,9 @@ class ScramServer:
         attrs = dict(_attributes(without_proof, "client-final"))
         if attrs.get("c") != "biws":
             raise SaslProtocolError("SCRAM: unexpected channel binding in client-final")
-        if attrs.get("r") != self.nonce:
+        # Kafka accepts a nonce that ends with the server-first one:
+        # librdkafka 2.0 sends its own nonce again in front of it.
+        if not attrs.get("r", "").endswith(self.nonce):
             raise SaslProtocolError("SCRAM: the nonce does not match")
         try:
             proof = base64.b64decode(proof_b64, validate=True)

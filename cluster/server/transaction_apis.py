@@ -276,7 +276,8 @@ class TransactionApis:
                 if conn is not None:
                     conn.close()
                 conn = BrokerConnection(endpoint[0], endpoint[1],
-                                        f"txn-coordinator-{self.broker_id}", self.timeout_s)
+                                        f"txn-coordinator-{self.broker_id}", self.timeout_s,
+                                        self.cfg.security)
                 self._connections[leader] = conn
                 await conn.connect()
             try:

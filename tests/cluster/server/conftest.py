@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
+from cluster import admin
 from harness.zookeeper import StandaloneZooKeeper
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -35,7 +36,8 @@ class Cluster:
     """Brokers of one test (or module) under their own chroot, plus a kazoo
     client on that chroot and a HandController."""
 
-    def __init__(self, zookeeper: StandaloneZooKeeper, base: Path, n: int, **config):
+    def __init__(self, zookeeper: StandaloneZooKeeper, base: Path, n: int,
+                 users: dict[str, str] | None = None, **config):
         self.chroot = f"/t{next(_chroots)}"
         root = KazooClient(zookeeper.hosts)
         root.start()
@@ -44,6 +46,8 @@ class Cluster:
         root.close()
         self.zk = KazooClient(zookeeper.hosts + self.chroot)
         self.zk.start()
+        for user, password in (users or {}).items():   # before any broker needs them
+            admin.set_user(self.zk, user, password)
         self.zk_hosts = zookeeper.hosts
         self.base = base
         self.config = config
@@ -94,8 +98,8 @@ class Cluster:
 def make_cluster(zookeeper, tmp_path):
     made: list[Cluster] = []
 
-    def make(n: int = 3, **config) -> Cluster:
-        c = Cluster(zookeeper, tmp_path / f"c{len(made)}", n, **config)
+    def make(n: int = 3, users: dict[str, str] | None = None, **config) -> Cluster:
+        c = Cluster(zookeeper, tmp_path / f"c{len(made)}", n, users, **config)
         made.append(c)
         return c
     try:
