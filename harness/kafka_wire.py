@@ -6,7 +6,9 @@ start offset that came with these records), and some observations need a
 broker's own Metadata answer rather than a client's merged view. This module
 speaks the protocol directly, with kafka-python's request and response
 classes (generated from Kafka's schemas), so it works against any
-Kafka-protocol broker and shares no code with the broker under test.
+Kafka-protocol broker and shares no code with the broker under test; on a
+secure cluster it speaks TLS and SASL (harness/security.py's settings) with
+kafka-python's mechanisms too.
 """
 from __future__ import annotations
 
@@ -14,7 +16,10 @@ import socket
 import struct
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from harness.security import ClientSecurity
 
 _SIZE = struct.Struct(">i")
 _HEADER = struct.Struct(">hhih")
@@ -30,16 +35,50 @@ class KafkaConnection:
     """One connection to one broker, one request at a time."""
 
     def __init__(self, host: str, port: int, *, client_id: str = "chaoslog",
-                 timeout: float = 10.0):
+                 timeout: float = 10.0, security: ClientSecurity | None = None):
         self.address = (host, port)
         self.client_id = client_id.encode()
-        try:
-            self.sock = socket.create_connection(self.address, timeout=timeout)
-        except OSError as e:
-            raise WireError(f"cannot connect to {host}:{port}: {e}") from None
-        self.sock.settimeout(timeout)
         self._corr = 0
         self.versions: dict[int, tuple[int, int]] = {}
+        try:
+            self.sock = socket.create_connection(self.address, timeout=timeout)
+            if security is not None and security.tls:
+                self.sock = security.ssl_context().wrap_socket(self.sock, server_hostname=host)
+        except (OSError, ValueError) as e:
+            raise WireError(f"cannot connect to {host}:{port}: {e}") from None
+        self.sock.settimeout(timeout)
+        if security is not None and security.sasl:
+            try:
+                self._authenticate(security, host)
+            except BaseException:
+                self.close()
+                raise
+
+    def _authenticate(self, security: ClientSecurity, host: str) -> None:
+        """SaslHandshake v1, then the mechanism's tokens in SaslAuthenticate
+        v1 requests, with kafka-python's mechanisms (not the broker's code)."""
+        from kafka.net.sasl import get_sasl_mechanism
+        from kafka.protocol.sasl import (SaslAuthenticateRequest, SaslAuthenticateResponse,
+                                         SaslHandshakeRequest, SaslHandshakeResponse)
+        mechanism_name = security.sasl_mechanism
+        hs = self.call(SaslHandshakeRequest, SaslHandshakeResponse, 1, mechanism=mechanism_name)
+        if hs.error_code:
+            raise WireError(f"{host}: SASL mechanism {mechanism_name} refused (error "
+                            f"{hs.error_code}; enabled: {', '.join(hs.mechanisms or [])})")
+        mechanism = get_sasl_mechanism(mechanism_name)(
+            host=host, sasl_mechanism=mechanism_name, sasl_plain_username=security.username,
+            sasl_plain_password=security.password(), security_protocol=security.security_protocol)
+        while not mechanism.is_done():
+            resp = self.call(SaslAuthenticateRequest, SaslAuthenticateResponse, 1,
+                             auth_bytes=mechanism.auth_bytes())
+            if resp.error_code:
+                raise WireError(f"{host}: SASL authentication failed: {resp.error_message}")
+            try:
+                mechanism.receive(resp.auth_bytes)
+            except ValueError as e:
+                raise WireError(f"{host}: SASL: {e}") from None
+        if not mechanism.is_authenticated():
+            raise WireError(f"{host}: SASL authentication as {security.username} failed")
 
     def call(self, req_cls: Any, resp_cls: Any, version: int, **fields: Any) -> Any:
         """Send `req_cls(version, **fields)`, return the decoded response. A
