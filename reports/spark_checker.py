@@ -108,12 +108,15 @@ def get_spark(master: str | None = None, conf: dict | None = None, progress: boo
     if master:
         builder = builder.master(master)
     settings = {**DEFAULT_CONF, **(conf or {})}
-    if not master or master.startswith("local"):
-        # In local mode everything stays on loopback: no binding to, or
-        # advertising of, the machine's other addresses.
+    if not master or master.startswith("local") or loopback_master(master):
+        # In local mode, or with a master on this machine's loopback (a
+        # StandaloneSpark), everything stays on loopback: no binding to, or
+        # advertising of, the machine's other addresses (SPARK_LOCAL_IP also
+        # binds the web UI, when conf enables it, instead of 0.0.0.0).
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         settings.setdefault("spark.driver.host", "127.0.0.1")
         settings.setdefault("spark.driver.bindAddress", "127.0.0.1")
+    if not master or master.startswith("local"):
         # The driver is the only executor: Spark's default heap (1 GB) leaves
         # about 400 MB for cached events, and a 10M-event history then goes
         # to disk. Takes effect only when this call starts the JVM.
@@ -125,7 +128,58 @@ def get_spark(master: str | None = None, conf: dict | None = None, progress: boo
         settings["spark.ui.showConsoleProgress"] = "true"
     for k, v in settings.items():
         builder = builder.config(k, v)
+    from pyspark import SparkContext
+    if SparkContext._gateway is None:   # this call starts the driver
+        warning = driver_exposure(master, settings, os.environ)
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
     return _start_quietly(builder)
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+    host = host.strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def loopback_master(master: str) -> bool:
+    """Whether `master` is a standalone master (spark://HOST:PORT[,HOST:PORT])
+    on this machine's loopback, whose executors reach a driver on loopback."""
+    if not master.startswith("spark://"):
+        return False
+    return all(_is_loopback(hp.rpartition(":")[0]) for hp in master[8:].split(","))
+
+
+def driver_exposure(master: str | None, settings: dict, env) -> str | None:
+    """The warning line when the driver about to start listens beyond
+    loopback (its RPC and block manager, and its web UI if enabled), else
+    None. Only on request: a cluster master elsewhere (--master, whose
+    executors must reach the driver), or SPARK_LOCAL_IP,
+    spark.driver.bindAddress or spark.driver.host set to such an address."""
+    bind = (settings.get("spark.driver.bindAddress") or settings.get("spark.driver.host")
+            or env.get("SPARK_LOCAL_IP"))
+    ui = str(settings.get("spark.ui.enabled", "true")).lower() == "true"
+    ui_bind = env.get("SPARK_LOCAL_IP") or "0.0.0.0"
+    parts = []
+    if not bind or not _is_loopback(bind):
+        where = bind or "the address of this machine's host name"
+        parts.append(f"the Spark driver listens on {where}")
+    if ui and not _is_loopback(ui_bind):
+        whose = "its web UI" if parts else "the Spark driver's web UI listens"
+        every = " (every interface)" if ui_bind == "0.0.0.0" else ""
+        parts.append(f"{whose} on {ui_bind}{every}")
+    if not parts:
+        return None
+    local = not master or master.startswith("local")
+    why = "SPARK_LOCAL_IP or the session's conf" if local else f"--master {master}"
+    return (f"chaoslog: WARNING: {' and '.join(parts)}, not loopback ({why}): "
+            "anyone who can reach them can read the histories being checked and the results "
+            "(Spark authenticates nothing unless spark.authenticate is set)")
 
 
 # PySpark warns of this on every job run from a thread of ours (the checker's
