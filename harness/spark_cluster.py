@@ -69,7 +69,7 @@ class StandaloneSpark:
         # Executors run the Python of this process (the one with pyspark).
         # SPARK_LOCAL_IP keeps every JVM on loopback, the web UIs too (Spark
         # binds them to 0.0.0.0 without it); get_spark puts a driver for this
-        # master on 127.0.0.1 as well (docs/architecture.md, "Control surfaces").
+        # master on 127.0.0.1 as well (faults/proxy/README.md, "Control surfaces").
         env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
                "SPARK_WORKER_DIR": str(self.log_dir / f"{name}-work")}
         log = open(self.log_dir / f"{name}.log", "wb")

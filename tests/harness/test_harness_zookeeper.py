@@ -1,5 +1,5 @@
 """harness/zookeeper.py's zoo.cfg: a ZooKeeper on this machine listens on
-loopback only (docs/architecture.md, "Control surfaces")."""
+loopback only (faults/proxy/README.md, "Control surfaces")."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,5 +1,5 @@
 """reports/spark_checker.py's session settings: where the driver listens
-(docs/architecture.md, "Control surfaces"). No JVM is started: get_spark's
+(faults/proxy/README.md, "Control surfaces"). No JVM is started: get_spark's
 builder is replaced by one that records its settings."""
 from __future__ import annotations
 
