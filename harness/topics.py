@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from contracts.deadline import Deadline, wait_until
+from harness.security import PLAINTEXT, ClientSecurity
 
 # Errors after which asking again may succeed: the controller moved or is
 # still being elected, or the answer was lost.
@@ -27,7 +28,7 @@ class TopicError(RuntimeError):
 
 def create_topics(bootstrap: str, topics: Mapping[str, int], replication_factor: int,
                   assignment: Mapping[str, Mapping[int, list[int]]] | None = None,
-                  timeout_s: float = 60.0) -> None:
+                  timeout_s: float = 60.0, security: ClientSecurity = PLAINTEXT) -> None:
     """Create `topics` (name -> partitions) with `replication_factor`
     replicas each, or the replicas `assignment` names (topic -> partition ->
     broker ids, the first the preferred leader). Returns once the controller
@@ -36,7 +37,8 @@ def create_topics(bootstrap: str, topics: Mapping[str, int], replication_factor:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    client = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    client = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0,
+                          **security.confluent_config()})
     wanted = {}
     for topic, n in topics.items():
         plan = (assignment or {}).get(topic)

@@ -17,6 +17,7 @@ import queue
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from harness.security import PLAINTEXT, ClientSecurity
 from harness.workload.errors import canonical, classify_send, kafka_python_name
 
 Done = Callable[[str, dict[str, Any]], None]
@@ -70,7 +71,8 @@ EXIT_FATAL = 3
 # -- confluent-kafka -------------------------------------------------------------------
 
 class ConfluentProducer:
-    def __init__(self, bootstrap: str, s: ProducerSettings, client_id: str):
+    def __init__(self, bootstrap: str, s: ProducerSettings, client_id: str,
+                 security: ClientSecurity = PLAINTEXT):
         from confluent_kafka import Producer
         self.s = s
         # librdkafka's fatal error, once one came: the instance sends nothing more.
@@ -81,7 +83,7 @@ class ConfluentProducer:
             "max.in.flight.requests.per.connection": s.max_in_flight,
             "request.timeout.ms": s.request_timeout_ms, "message.timeout.ms": s.delivery_timeout_ms,
             "linger.ms": 0, "retry.backoff.ms": 100, "topic.metadata.refresh.interval.ms": 2000,
-            "log_level": 3,
+            "log_level": 3, **security.confluent_config(),
         })
 
     def send(self, topic: str, partition: int, value: int, done: Done) -> None:
@@ -124,7 +126,7 @@ class ConfluentProducer:
 
 class ConfluentConsumer:
     def __init__(self, bootstrap: str, topic: str, partition: int, client_id: str,
-                 read_committed: bool = False):
+                 read_committed: bool = False, security: ClientSecurity = PLAINTEXT):
         from confluent_kafka import Consumer, TopicPartition
         self.topic, self.partition = topic, partition
         self.read_committed = read_committed
@@ -135,6 +137,7 @@ class ConfluentConsumer:
             "enable.partition.eof": False, "fetch.wait.max.ms": 100,
             "topic.metadata.refresh.interval.ms": 2000, "log_level": 3,
             "isolation.level": "read_committed" if read_committed else "read_uncommitted",
+            **security.confluent_config(),
         })
         self._tp = TopicPartition
         self.position: int | None = None
@@ -203,7 +206,8 @@ def _follow(consumer: Any, library_position: int | None) -> None:
 class KafkaPythonProducer:
     fatal: str | None = None       # no fatal errors of its own
 
-    def __init__(self, bootstrap: str, s: ProducerSettings, client_id: str):
+    def __init__(self, bootstrap: str, s: ProducerSettings, client_id: str,
+                 security: ClientSecurity = PLAINTEXT):
         from kafka import KafkaProducer
         self.s = s
         self._done: queue.SimpleQueue = queue.SimpleQueue()
@@ -212,7 +216,8 @@ class KafkaPythonProducer:
             acks={"all": "all", "1": 1, "0": 0}[s.acks], retries=s.retries,
             enable_idempotence=s.idempotent, max_in_flight_requests_per_connection=s.max_in_flight,
             request_timeout_ms=s.request_timeout_ms, delivery_timeout_ms=s.delivery_timeout_ms,
-            linger_ms=0, retry_backoff_ms=100, metadata_max_age_ms=2000)
+            linger_ms=0, retry_backoff_ms=100, metadata_max_age_ms=2000,
+            **security.kafka_python_kwargs())
 
     def send(self, topic: str, partition: int, value: int, done: Done) -> None:
         try:
@@ -260,7 +265,7 @@ def _error_outcome(e: BaseException, retries: int) -> tuple[str, dict[str, Any]]
 
 class KafkaPythonConsumer:
     def __init__(self, bootstrap: str, topic: str, partition: int, client_id: str,
-                 read_committed: bool = False):
+                 read_committed: bool = False, security: ClientSecurity = PLAINTEXT):
         from kafka import KafkaConsumer, TopicPartition
         self.topic, self.partition = topic, partition
         self.read_committed = read_committed
@@ -269,7 +274,7 @@ class KafkaPythonConsumer:
                                group_id=None, enable_auto_commit=False, auto_offset_reset="none",
                                fetch_max_wait_ms=100, metadata_max_age_ms=2000,
                                isolation_level="read_committed" if read_committed
-                               else "read_uncommitted")
+                               else "read_uncommitted", **security.kafka_python_kwargs())
         self.c.assign([self.tp])
         self.position: int | None = None
         self.last_error: str | None = None  # why the last watermarks() gave None
@@ -324,7 +329,8 @@ class AiokafkaProducer:
     one batch per partition at a time, so its state refusals are `info`."""
     fatal: str | None = None       # no fatal errors of its own
 
-    def __init__(self, bootstrap: str, s: ProducerSettings, client_id: str):
+    def __init__(self, bootstrap: str, s: ProducerSettings, client_id: str,
+                 security: ClientSecurity = PLAINTEXT):
         from aiokafka import AIOKafkaProducer
         self.s = s
         self.loop = asyncio.new_event_loop()
@@ -335,7 +341,7 @@ class AiokafkaProducer:
                 bootstrap_servers=bootstrap, client_id=client_id,
                 acks={"all": "all", "1": 1, "0": 0}[s.acks], enable_idempotence=s.idempotent,
                 request_timeout_ms=s.delivery_timeout_ms, linger_ms=0, retry_backoff_ms=100,
-                metadata_max_age_ms=2000)
+                metadata_max_age_ms=2000, **security.aiokafka_kwargs())
             await p.start()
             return p
         self.p = self.loop.run_until_complete(start())
@@ -382,7 +388,7 @@ class AiokafkaConsumer:
     that runs only inside this adapter's calls."""
 
     def __init__(self, bootstrap: str, topic: str, partition: int, client_id: str,
-                 read_committed: bool = False):
+                 read_committed: bool = False, security: ClientSecurity = PLAINTEXT):
         from aiokafka import AIOKafkaConsumer, TopicPartition
         self.topic, self.partition = topic, partition
         self.read_committed = read_committed
@@ -394,7 +400,7 @@ class AiokafkaConsumer:
                                  enable_auto_commit=False, auto_offset_reset="none",
                                  fetch_max_wait_ms=100, metadata_max_age_ms=2000,
                                  isolation_level="read_committed" if read_committed
-                                 else "read_uncommitted")
+                                 else "read_uncommitted", **security.aiokafka_kwargs())
             await c.start()
             c.assign([self.tp])
             return c
@@ -445,30 +451,31 @@ class AiokafkaConsumer:
             self.loop.close()
 
 
-def make_producer(client: str, bootstrap: str, s: ProducerSettings, client_id: str) -> Any:
+def make_producer(client: str, bootstrap: str, s: ProducerSettings, client_id: str,
+                  security: ClientSecurity = PLAINTEXT) -> Any:
     if client == "confluent":
-        return ConfluentProducer(bootstrap, s, client_id)
+        return ConfluentProducer(bootstrap, s, client_id, security)
     if client == "kafka-python":
-        return KafkaPythonProducer(bootstrap, s, client_id)
+        return KafkaPythonProducer(bootstrap, s, client_id, security)
     if client == "aiokafka":
-        return AiokafkaProducer(bootstrap, s, client_id)
+        return AiokafkaProducer(bootstrap, s, client_id, security)
     raise ValueError(f"unknown client {client!r}: {', '.join(CLIENTS)}")
 
 
 def make_consumer(client: str, bootstrap: str, topic: str, partition: int, client_id: str,
-                  read_committed: bool = False) -> Any:
+                  read_committed: bool = False, security: ClientSecurity = PLAINTEXT) -> Any:
     """A consumer of `client`; "raw" is the harness's own fetcher (RawFetcher),
     which reads uncommitted only."""
     if client == "raw":
         if read_committed:
             raise ValueError("the raw fetcher reads at read_uncommitted only")
-        return RawFetcher(bootstrap, topic, partition, client_id)
+        return RawFetcher(bootstrap, topic, partition, client_id, security)
     if client == "confluent":
-        return ConfluentConsumer(bootstrap, topic, partition, client_id, read_committed)
+        return ConfluentConsumer(bootstrap, topic, partition, client_id, read_committed, security)
     if client == "kafka-python":
-        return KafkaPythonConsumer(bootstrap, topic, partition, client_id, read_committed)
+        return KafkaPythonConsumer(bootstrap, topic, partition, client_id, read_committed, security)
     if client == "aiokafka":
-        return AiokafkaConsumer(bootstrap, topic, partition, client_id, read_committed)
+        return AiokafkaConsumer(bootstrap, topic, partition, client_id, read_committed, security)
     raise ValueError(f"unknown client {client!r}: {', '.join(CLIENTS)}")
 
 
@@ -484,10 +491,12 @@ class RawFetcher:
     checker holds such polls to the committed-read rule
     (docs/history-format.md, `log_start_offset`)."""
 
-    def __init__(self, bootstrap: str, topic: str, partition: int, client_id: str):
+    def __init__(self, bootstrap: str, topic: str, partition: int, client_id: str,
+                 security: ClientSecurity = PLAINTEXT):
         self.bootstrap = [tuple(a.rsplit(":", 1)) for a in bootstrap.split(",")]
         self.topic, self.partition = topic, partition
         self.client_id = client_id
+        self.security = security
         self.position: int | None = None
         self.last_error: str | None = None
         self._conn: Any = None
@@ -499,7 +508,8 @@ class RawFetcher:
             return self._conn
         for host, port in self.bootstrap:
             try:
-                c = kw.KafkaConnection(host, int(port), client_id=self.client_id, timeout=5)
+                c = kw.KafkaConnection(host, int(port), client_id=self.client_id, timeout=5,
+                                       security=self.security)
                 try:
                     md = kw.metadata(c, [self.topic])
                 finally:
@@ -510,7 +520,7 @@ class RawFetcher:
             if p is None or p.leader not in md.brokers:
                 continue
             self._conn = kw.KafkaConnection(*md.brokers[p.leader], client_id=self.client_id,
-                                            timeout=10)
+                                            timeout=10, security=self.security)
             return self._conn
         raise kw.WireError(f"no broker names a leader of {self.topic}/{self.partition}")
 

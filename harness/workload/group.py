@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
+from harness.security import PLAINTEXT, ClientSecurity
 from harness.workload.clients import _poll_ok
 from harness.workload.errors import canonical
 from reports.groups import NO_OFFSET
@@ -162,7 +163,7 @@ class ConfluentGroupConsumer(GroupMember):
     (`on_commit`)."""
 
     def __init__(self, bootstrap: str, group: str, topics: list[str], commit: str,
-                 client_id: str, emit: Emit):
+                 client_id: str, emit: Emit, security: ClientSecurity = PLAINTEXT):
         from confluent_kafka import Consumer, TopicPartition
         super().__init__(group, commit, emit)
         self._tp = TopicPartition
@@ -175,6 +176,7 @@ class ConfluentGroupConsumer(GroupMember):
             "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
             "enable.partition.eof": False, "fetch.wait.max.ms": 100,
             "topic.metadata.refresh.interval.ms": 2000, "log_level": 3,
+            **security.confluent_config(),
         }
         if commit == "auto":
             conf["on_commit"] = self._auto_committed

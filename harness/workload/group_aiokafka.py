@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from harness.security import PLAINTEXT, ClientSecurity
 from harness.workload.errors import kafka_python_name
 from harness.workload.group import (COMMIT_TIMEOUT_S, LOG_START_TIMEOUT_S, NO_OFFSET, TP, Emit,
                                     GroupMember, check_member, offsets_of)
@@ -41,7 +42,7 @@ class AiokafkaGroupConsumer(GroupMember):
     """An aiokafka member of `group`, subscribed to `topics`."""
 
     def __init__(self, bootstrap: str, group: str, topics: list[str], commit: str,
-                 client_id: str, emit: Emit):
+                 client_id: str, emit: Emit, security: ClientSecurity = PLAINTEXT):
         from aiokafka import AIOKafkaConsumer
         from aiokafka.abc import ConsumerRebalanceListener
         check_member("aiokafka", commit)
@@ -62,7 +63,7 @@ class AiokafkaGroupConsumer(GroupMember):
                 bootstrap_servers=bootstrap, client_id=client_id, group_id=group,
                 enable_auto_commit=False, auto_offset_reset="earliest",
                 session_timeout_ms=6000, heartbeat_interval_ms=1000,
-                fetch_max_wait_ms=100, metadata_max_age_ms=2000)
+                fetch_max_wait_ms=100, metadata_max_age_ms=2000, **security.aiokafka_kwargs())
             self.c.subscribe(topics=topics, listener=Listener())
             await self.c.start()         # (the first assignment may arrive within it)
 

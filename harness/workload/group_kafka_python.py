@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.security import PLAINTEXT, ClientSecurity
 from harness.workload.errors import kafka_python_name
 from harness.workload.group import (COMMIT_TIMEOUT_S, LOG_START_TIMEOUT_S, NO_OFFSET, TP, Emit,
                                     GroupMember, check_member, offsets_of)
@@ -40,7 +41,7 @@ class KafkaPythonGroupConsumer(GroupMember):
     """A kafka-python member of `group`, subscribed to `topics`."""
 
     def __init__(self, bootstrap: str, group: str, topics: list[str], commit: str,
-                 client_id: str, emit: Emit):
+                 client_id: str, emit: Emit, security: ClientSecurity = PLAINTEXT):
         from kafka import KafkaConsumer, TopicPartition
         from kafka.consumer.subscription_state import ConsumerRebalanceListener
         check_member("kafka-python", commit)
@@ -51,7 +52,7 @@ class KafkaPythonGroupConsumer(GroupMember):
             bootstrap_servers=bootstrap.split(","), client_id=client_id, group_id=group,
             enable_auto_commit=False, auto_offset_reset="earliest",
             session_timeout_ms=6000, heartbeat_interval_ms=1000,
-            fetch_max_wait_ms=100, metadata_max_age_ms=2000)
+            fetch_max_wait_ms=100, metadata_max_age_ms=2000, **security.kafka_python_kwargs())
         member = self
 
         class Listener(ConsumerRebalanceListener):

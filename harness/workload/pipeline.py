@@ -17,6 +17,7 @@ import random
 from typing import Any, Callable
 
 from contracts.deadline import wait_until
+from harness.security import PLAINTEXT, ClientSecurity
 from harness.workload.clients import EXIT_FATAL, _poll_ok
 from harness.workload.errors import canonical
 from harness.workload.group import committed_offsets
@@ -32,7 +33,8 @@ class ConfluentPipeline:
     """The group's consumer (read_committed) and a transactional producer."""
 
     def __init__(self, bootstrap: str, group: str, inputs: list[TP], transactional_id: str,
-                 client_id: str, timeout_ms: int, op_timeout_s: float):
+                 client_id: str, timeout_ms: int, op_timeout_s: float,
+                 security: ClientSecurity = PLAINTEXT):
         from confluent_kafka import Consumer
         self.group, self.inputs = group, inputs
         self.c = Consumer({
@@ -40,10 +42,10 @@ class ConfluentPipeline:
             "enable.auto.commit": False, "auto.offset.reset": "earliest",
             "isolation.level": "read_committed", "enable.partition.eof": False,
             "fetch.wait.max.ms": 100, "topic.metadata.refresh.interval.ms": 2000,
-            "log_level": 3,
+            "log_level": 3, **security.confluent_config(),
         })
         self.tx = ConfluentTransactions(bootstrap, transactional_id, client_id, timeout_ms,
-                                        op_timeout_s)
+                                        op_timeout_s, security)
         self.position: dict[TP, int] = {}
 
     @property

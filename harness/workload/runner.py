@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
 from contracts.deadline import Deadline
+from harness.security import PLAINTEXT, ClientSecurity
 from harness.workload.clients import CLIENTS, EXIT_FATAL, ProducerSettings
 from harness.workload.group import COMMIT_MODES, GROUP_CLIENTS, SUB_VIA
 
@@ -230,12 +231,17 @@ class Workload:
     """Producers and consumers against one cluster, recorded into `recorder`."""
 
     def __init__(self, recorder: Any, bootstrap: str | Callable[[], str], spec: WorkloadSpec, *,
-                 launcher: Launcher, log: Callable[[str], None] = lambda m: None):
+                 launcher: Launcher, log: Callable[[str], None] = lambda m: None,
+                 security: ClientSecurity = PLAINTEXT):
         self.recorder = recorder
         self._bootstrap = bootstrap
         self.spec = spec
         self.launch = launcher
         self.log = log
+        # Workers get the settings' JSON, which names the password's source:
+        # each reads the password itself, so no command line carries it.
+        self._security = ([] if security == PLAINTEXT
+                          else ["--security", json.dumps(security.to_json())])
         self._next_wid = 1
         self.streams: list[_Stream] = []
         # Every client instance started: name -> its settings (run.json's
@@ -279,7 +285,7 @@ class Workload:
             self._next_wid += 1
         name = f"{kind}-{wid}"
         handle = self.launch(name, [role, "--bootstrap", self.bootstrap, "--client", client,
-                                    "--worker-id", str(wid), *argv])
+                                    "--worker-id", str(wid), *self._security, *argv])
         s = _Stream(wid, name, handle, self.recorder, self.log, on_status,
                     on_exit=self._replace_if_fatal if role in ("producer", "pipeline") else None,
                     respawn=(kind, role, client, argv, settings))

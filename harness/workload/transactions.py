@@ -20,6 +20,7 @@ import random
 from typing import Any, Callable
 
 from contracts.deadline import Deadline
+from harness.security import PLAINTEXT, ClientSecurity
 from harness.workload.clients import EXIT_FATAL
 from harness.workload.errors import canonical, classify_send
 
@@ -30,14 +31,14 @@ class ConfluentTransactions:
     """A confluent-kafka transactional producer, one transaction at a time."""
 
     def __init__(self, bootstrap: str, transactional_id: str, client_id: str,
-                 timeout_ms: int, op_timeout_s: float):
+                 timeout_ms: int, op_timeout_s: float, security: ClientSecurity = PLAINTEXT):
         from confluent_kafka import Producer
         self.op_timeout_s = op_timeout_s
         self.p = Producer({
             "bootstrap.servers": bootstrap, "client.id": client_id,
             "transactional.id": transactional_id, "transaction.timeout.ms": timeout_ms,
             "linger.ms": 0, "retry.backoff.ms": 100, "topic.metadata.refresh.interval.ms": 2000,
-            "log_level": 3,
+            "log_level": 3, **security.confluent_config(),
         })
         self.fatal: str | None = None
 
@@ -107,7 +108,7 @@ class AiokafkaTransactions:
     by an abort, and only an abort that succeeds proves it did not commit."""
 
     def __init__(self, bootstrap: str, transactional_id: str, client_id: str,
-                 timeout_ms: int, op_timeout_s: float):
+                 timeout_ms: int, op_timeout_s: float, security: ClientSecurity = PLAINTEXT):
         import asyncio
         self.op_timeout_s = op_timeout_s
         self.loop = asyncio.new_event_loop()
@@ -117,7 +118,8 @@ class AiokafkaTransactions:
                               transactional_id=transactional_id,
                               transaction_timeout_ms=timeout_ms,
                               request_timeout_ms=int(op_timeout_s * 1000), linger_ms=0,
-                              retry_backoff_ms=100, metadata_max_age_ms=2000)
+                              retry_backoff_ms=100, metadata_max_age_ms=2000,
+                              **security.aiokafka_kwargs())
         self.p: Any = None
 
     def _run(self, coro: Any) -> Any:

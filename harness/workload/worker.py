@@ -37,6 +37,7 @@ import time
 from typing import Any
 
 from contracts.deadline import Deadline, wait_until
+from harness.security import PLAINTEXT, ClientSecurity
 from harness.workload import pipeline, transactions
 from harness.workload.clients import EXIT_FATAL, ProducerSettings, make_consumer, make_producer
 from harness.workload.group import COMMIT_MODES
@@ -136,7 +137,7 @@ def run_transactions(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
                          f"{' and '.join(kinds)}, not {a.client}")
     producer = kinds[a.client](
         a.bootstrap, f"chaoslog-tx-w{a.worker_id}", f"chaoslog-w{a.worker_id}",
-        a.transaction_timeout_ms, a.delivery_timeout_ms / 1000)
+        a.transaction_timeout_ms, a.delivery_timeout_ms / 1000, a.security)
     limiter = RateLimiter(a.rate)
 
     def pace() -> None:
@@ -158,7 +159,8 @@ def run_pipeline(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
         raise SystemExit(f"the pipeline is confluent's, not {a.client}")
     pipe = pipeline.ConfluentPipeline(
         a.bootstrap, a.group, parse_partitions(a.partitions), f"chaoslog-pipe-w{a.worker_id}",
-        f"chaoslog-w{a.worker_id}", a.transaction_timeout_ms, a.delivery_timeout_ms / 1000)
+        f"chaoslog-w{a.worker_id}", a.transaction_timeout_ms, a.delivery_timeout_ms / 1000,
+        a.security)
     try:
         return pipeline.run(pipe, a.output, a.output_partitions, a.worker_id, VALUE_STRIDE,
                             a.abort_ratio, out.emit, stop.stopped, random.Random(a.worker_id))
@@ -177,7 +179,8 @@ def run_producer(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
                                 request_timeout_ms=a.request_timeout_ms,
                                 delivery_timeout_ms=a.delivery_timeout_ms)
     targets = parse_partitions(a.partitions)
-    producer = make_producer(a.client, a.bootstrap, settings, f"chaoslog-w{a.worker_id}")
+    producer = make_producer(a.client, a.bootstrap, settings, f"chaoslog-w{a.worker_id}",
+                             a.security)
     limiter = RateLimiter(a.rate)
     busy: dict[int, int] = {}          # slot -> seq of its send in flight
     counter = 0
@@ -258,7 +261,7 @@ def run_member(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
                  "aiokafka": AiokafkaGroupConsumer}[a.client]
     topics = sorted({t for t, _ in parse_partitions(a.partitions)})
     member = member_of(a.bootstrap, a.group, topics, a.commit, f"chaoslog-w{a.worker_id}",
-                       lambda t, **f: out.emit(type=t, **f))
+                       lambda t, **f: out.emit(type=t, **f), a.security)
     limiter = RateLimiter(a.rate)
     while not stop.stopped():
         while not limiter.ready():
@@ -280,7 +283,7 @@ def run_consumer(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
         return run_member(a, out, stop)
     parts = parse_partitions(a.partitions)
     consumers = [make_consumer(a.client, a.bootstrap, t, p, f"chaoslog-w{a.worker_id}-{i}",
-                               a.isolation == READ_COMMITTED)
+                               a.isolation == READ_COMMITTED, a.security)
                  for i, (t, p) in enumerate(parts)]
     isolation = _isolation(a)
     for c in consumers:
@@ -320,7 +323,8 @@ def run_final(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
     seq = 0
     for slot, (topic, partition) in enumerate(parts):
         c = make_consumer(a.client, a.bootstrap, topic, partition,
-                          f"chaoslog-final-{a.worker_id}-{slot}", a.isolation == READ_COMMITTED)
+                          f"chaoslog-final-{a.worker_id}-{slot}", a.isolation == READ_COMMITTED,
+                          a.security)
         wm = None
         while wm is None and not deadline.expired() and not stop.stopped():
             wm = c.watermarks(cached=False)
@@ -379,6 +383,15 @@ def run_final(a: argparse.Namespace, out: Out, stop: Stopper) -> int:
     return 0
 
 
+def security_arg(text: str) -> ClientSecurity:
+    """--security: the run's settings as ClientSecurity.to_json wrote them
+    (the password's source; each client reads the password when built)."""
+    try:
+        return ClientSecurity.from_json(json.loads(text))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _isolation(a: argparse.Namespace) -> dict[str, str]:
     """The `isolation` field of a poll event: written only at read_committed
     (absent means read_uncommitted: docs/history-format.md)."""
@@ -399,6 +412,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--drain-s", type=float, default=5.0)
     p.add_argument("--stdin-stop", action="store_true", help="stop when stdin closes")
     p.add_argument("--rate", type=float, default=0.0, help="ops/s for this worker; 0 = no limit")
+    p.add_argument("--security", type=security_arg, default=PLAINTEXT, metavar="JSON",
+                   help="the clients' security settings (ClientSecurity.to_json: the password's "
+                        "source, never the password); none: plaintext")
     # producer
     p.add_argument("--slots", type=int, default=4)
     p.add_argument("--acks", default="all")
