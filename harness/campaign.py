@@ -26,6 +26,17 @@ own output directory:
     schedule.faults = {kill = 3, pause = 2, zk-expire = 1}
     schedule.overlap = 3
 
+A `[client]` table gives every run the clients' security settings (the
+RunSpec field `client`, in Kafka's key names, as a `--client-config` TOML
+file holds them; docs/targets.md, "Security settings"):
+
+    [client]
+    "security.protocol" = "SASL_SSL"
+    "sasl.mechanism" = "SCRAM-SHA-512"
+    "sasl.username" = "chaos"
+    "sasl.password.env" = "CHAOSLOG_SASL_PASSWORD"   # the password's source, never the password
+    "ssl.ca.location" = "/etc/kafka/ca.pem"
+
 A value's field replaces the base's, except in the tables `cluster`,
 `workload`, `workload.producer` and `schedule`, which are merged field by
 field (OVERLAID). A `schedule` without steps is drawn (harness.run.Draw).
@@ -127,13 +138,18 @@ class Campaign:
         unknown = set(c) - set(CAMPAIGN_KEYS)
         if unknown:
             raise CampaignError(f"{where}: unknown [campaign] keys {', '.join(sorted(unknown))}")
-        unknown = set(d) - {"campaign", "base", "axes"}
+        unknown = set(d) - {"campaign", "base", "axes", "client"}
         if unknown:
             raise CampaignError(f"{where}: unknown tables {', '.join(sorted(unknown))}: a campaign "
-                                f"has [campaign], [base] and [axes.NAME.VALUE]")
+                                f"has [campaign], [base], [axes.NAME.VALUE] and [client]")
         base = d.get("base") or {}
         if not isinstance(base, dict):
             raise CampaignError(f"{where}: [base] is a table of RunSpec fields")
+        if "client" in d:
+            if "client" in base:
+                raise CampaignError(f"{where}: [client] and [base.client] both give the clients' "
+                                    f"security settings: keep one")
+            base = {**base, "client": d["client"]}
         axes = d.get("axes") or {}
         for axis, values in (axes.items() if isinstance(axes, dict) else [("?", None)]):
             if isinstance(values, dict):

@@ -41,6 +41,7 @@ from harness.observer import (OBSERVATIONS, MetadataSampler, Observations, State
                               await_recovery, metadata_state, observe_brokers, observe_replicas,
                               zookeeper_state)
 from harness.resources import ResourceSampler
+from harness.security import PLAINTEXT, ClientSecurity
 from harness.topics import create_topics, wait_for_leaders
 from harness.workload import FinalReads, Workload, WorkloadSpec
 from harness.workload.clients import ProducerSettings
@@ -145,6 +146,9 @@ class RunSpec:
     mechanism: str = "auto"            # how partitions are made: iptables | proxy | auto
     checker: str | None = "spark"      # spark | reference | None (no analysis)
     out: Path | None = None            # default runs/RUN_ID
+    # Every client's security settings (--client-config, a [client] table):
+    # the password's source, never the password (harness/security.py).
+    client: ClientSecurity = PLAINTEXT
 
     @property
     def seed(self) -> int | None:
@@ -155,7 +159,8 @@ class RunSpec:
                 "replication_factor": self.replication_factor,
                 "workload": self.workload.to_json(), "schedule": self.schedule.to_json(),
                 "quiet_s": self.quiet_s, "final_timeout_s": self.final_timeout_s,
-                "settle_s": self.settle_s, "mechanism": self.mechanism, "checker": self.checker}
+                "settle_s": self.settle_s, "mechanism": self.mechanism, "checker": self.checker,
+                "client": self.client.to_json()}
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "RunSpec":
@@ -190,6 +195,8 @@ class RunSpec:
                 plain[key] = _value(d[key], conv, key)
         if "checker" in d:
             plain["checker"] = d["checker"]
+        if d.get("client") is not None:
+            plain["client"] = _client(d["client"])
         return cls(cluster=cluster_spec, backend=backend, workload=_workload(d.get("workload") or {}),
                    schedule=_schedule(d.get("schedule") or {}), **plain)
 
@@ -313,7 +320,24 @@ class RunSpec:
         for t in w.topics:
             if not all(c.isalnum() or c in "._-" for c in t) or not 0 < len(t) <= 200:
                 raise Refused(f"--topics: {t!r} is not a valid topic name")
+        if self.client != PLAINTEXT:
+            self._check_client(system)
         return replace(self, cluster=spec, backend=backend, schedule=schedule)
+
+    def _check_client(self, system: str) -> None:
+        """Client settings are for a cluster the harness did not start (a
+        built-in cluster makes its clients' own); its workers run here, where
+        the password's source is. The password is read once now, so a run
+        without it is refused before anything starts."""
+        if system != "external":
+            raise Refused(f"--client-config goes with --target external, a cluster chaoslog did "
+                          f"not start; the {system} target's clients connect as chaoslog set "
+                          f"it up")
+        if self.client.sasl:
+            try:
+                self.client.password()
+            except ValueError as e:
+                raise Refused(f"--client-config: {e}") from None
 
     @staticmethod
     def _check_draw(draw: Draw, weights: dict[str, float]) -> None:
@@ -348,7 +372,7 @@ class RunSpec:
 # -- a spec's data form: the fields `from_data` takes -------------------------------------
 
 RUN_FIELDS = ("cluster", "backend", "replication_factor", "workload", "schedule", "quiet_s",
-              "final_timeout_s", "settle_s", "mechanism", "checker")
+              "final_timeout_s", "settle_s", "mechanism", "checker", "client")
 # Keys WorkloadSpec.to_json adds for readers of run.json; not fields.
 WORKLOAD_DERIVED = ("acks", "idempotence", "partitions", "pipeline")
 
@@ -396,6 +420,14 @@ def _workload(d: Mapping[str, Any]) -> WorkloadSpec:
         return WorkloadSpec(**plain)
     except (TypeError, ValueError) as e:
         raise Refused(f"workload: {e}") from None
+
+
+def _client(d: Any) -> ClientSecurity:
+    _table(d, "client")
+    try:
+        return ClientSecurity.from_data(d)
+    except ValueError as e:
+        raise Refused(f"client: {e}") from None
 
 
 def _schedule(d: Mapping[str, Any]) -> Schedule | Draw:
@@ -497,13 +529,18 @@ class Run:
     `with` block) undoes whatever was started, whatever failed."""
 
     def __init__(self, run_dir: Path, cluster: Any, *, seed: int = 0, mechanism: str = "auto",
-                 log: Callable[[str], None] = lambda m: None, run_id: str | None = None):
+                 log: Callable[[str], None] = lambda m: None, run_id: str | None = None,
+                 security: ClientSecurity = PLAINTEXT):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.run_id = run_id or new_run_id()
         self.cluster = cluster
         self.seed = seed
         self.mechanism = mechanism
+        # Every Kafka client's settings (the AdminClient, the workers): the
+        # run's, else what a secure built-in cluster made for its clients.
+        self.security = (security if security != PLAINTEXT
+                         else getattr(cluster, "client_security", None) or PLAINTEXT)
         self.log = log
         self.phase = "starting"
         self.recorder = HistoryRecorder(self.run_dir / "history.jsonl")
@@ -582,7 +619,7 @@ class Run:
                 raise ValueError(f"assignment of {topic!r} places partitions {sorted(plan)}, "
                                  f"topics says {n}")
         create_topics(self.cluster.bootstrap_servers, topics, replication_factor, placed,
-                      timeout_s=TOPIC_LEADERS_TIMEOUT_S)
+                      timeout_s=TOPIC_LEADERS_TIMEOUT_S, security=self.security)
         if self.cluster.has_zookeeper:
             for topic in topics:
                 admin.wait_for_leaders(self.zk, topic, timeout=TOPIC_LEADERS_TIMEOUT_S)
@@ -614,7 +651,7 @@ class Run:
         # (module scope) must not meet a worker name twice (docker: container names).
         self.workload = Workload(self.recorder, lambda: self.cluster.bootstrap_servers, spec,
                                  launcher=lambda name, argv: launch(f"{tag}-{name}", argv),
-                                 log=self.log)
+                                 log=self.log, security=self.security)
         self.meta["workload"] = spec.to_json()
         if self.workload.pipeline_json():
             self.meta["workload"]["pipeline"] = self.workload.pipeline_json()
@@ -884,6 +921,8 @@ def execute(spec: RunSpec, *, log: Callable[[str], None] = log_line,
     except Exception as e:  # noqa: BLE001 - ClusterError says what to do
         log(f"error: {e}")
         return RunResult(run_dir, EXIT_REFUSED)
+    if spec.client != PLAINTEXT:   # the harness's own requests too (harness/kafka_wire.py)
+        cluster.client_security = spec.client
     code = EXIT_ERROR
     run: Run | None = None
     try:
@@ -897,7 +936,7 @@ def execute(spec: RunSpec, *, log: Callable[[str], None] = log_line,
             log(f"error: {e}")
             return RunResult(run_dir, EXIT_REFUSED, outcome={"error": str(e)})
         with Run(run_dir, cluster, seed=spec.seed, mechanism=spec.mechanism, log=log,
-                 run_id=run_id) as run:
+                 run_id=run_id, security=spec.client) as run:
             run.meta["spec"] = spec.to_json()
             if on_start:
                 on_start(run)

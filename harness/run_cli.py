@@ -28,6 +28,7 @@ from faults.nemesis import Schedule
 from harness.backends.base import ClusterSpec
 from harness.progress import Progress
 from harness.run import Draw, Refused, RunSpec, execute, log_line, mix_of, refuse_backend
+from harness.security import PLAINTEXT, ClientSecurity
 from harness.workload import WorkloadSpec
 from harness.workload.clients import CLIENTS, ProducerSettings
 from harness.workload.group import COMMIT_MODES, SUB_VIA
@@ -141,6 +142,17 @@ def external_spec(a: argparse.Namespace, broker_config: dict[str, str]) -> Any:
         raise Refused(str(e)) from None
     return spec
 
+
+def client_config(path: str | None) -> ClientSecurity:
+    """--client-config: every client's security settings, from the file."""
+    if not path:
+        return PLAINTEXT
+    try:
+        return ClientSecurity.from_file(path)
+    except ValueError as e:
+        raise Refused(f"--client-config {path}: {e}") from None
+
+
 # -- the parser --------------------------------------------------------------------------
 
 def add_parser(sub: Any) -> None:
@@ -161,6 +173,10 @@ def add_parser(sub: Any) -> None:
                    help="with --target external: the command file (TOML) that kills, stops, "
                         "starts, pauses and resumes its brokers, and may place the proxy "
                         "between the clients and them (docs/targets.md)")
+    g.add_argument("--client-config", metavar="FILE",
+                   help="the clients' security settings (TLS, SASL): Kafka client properties, "
+                        "or TOML with a [client] table; the password comes from "
+                        "sasl.password.env or sasl.password.file (docs/targets.md)")
     g = p.add_argument_group("workload")
     g.add_argument("--duration", type=float, default=60.0, help="seconds of workload and faults")
     g.add_argument("--rate", type=float, default=100.0, help="sends/s over all producers (0 = no limit)")
@@ -306,6 +322,7 @@ def spec_of_options(a: argparse.Namespace) -> RunSpec:
     if getattr(a, "spec", None):
         return replay_spec(a, _defaults())
     replay = load_schedule(a.schedule) if a.schedule else None
+    client = client_config(a.client_config)
     system, pins = target_system(a.target)
     if replay is not None:
         given = [f"--{k.replace('_', '-')}" for k, default in DRAWING.items()
@@ -344,7 +361,7 @@ def spec_of_options(a: argparse.Namespace) -> RunSpec:
                    quiet_s=replay.quiet_s if replay is not None else a.quiet,
                    final_timeout_s=a.final_timeout, mechanism=a.mechanism,
                    checker=None if a.no_analysis else "spark",
-                   out=Path(a.out) if a.out else None)
+                   out=Path(a.out) if a.out else None, client=client)
 
 
 def spec_from_args(a: argparse.Namespace) -> RunSpec:
