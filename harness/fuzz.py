@@ -19,6 +19,9 @@ is one of:
             length prefix wrong (negative, short, long, huge)
   unknown   an API key or version the broker does not serve
   churn     connections opened and dropped, some half-way through a frame
+  sasl      on a SASL cluster (`--security`), instead of the others: an attack
+            on authentication, then a Metadata request that must go
+            unanswered (harness/fuzz_sasl.py)
 
 and is sent whole or split across many small TCP writes. What must hold:
 
@@ -41,6 +44,7 @@ from __future__ import annotations
 import json
 import random
 import socket
+import ssl
 import struct
 import time
 from collections import Counter
@@ -50,7 +54,7 @@ from typing import Any, Callable
 
 from cluster.protocol import api, control
 from cluster.protocol import errors as E
-from harness import kafka_wire
+from harness import fuzz_sasl, kafka_wire
 from harness.resources import rss_kb
 
 # Generous for a loaded 2-core machine: every request asks for at most 1 s of
@@ -60,6 +64,9 @@ ANSWER_TIMEOUT_S = 10.0
 # How long a case that expects no answer (acks=0, a mangled frame) listens.
 LISTEN_S = 1.0
 KINDS = {"client": 40, "control": 10, "records": 12, "mangled": 28, "unknown": 6, "churn": 4}
+# Before authentication every other kind is only closed: on a SASL cluster
+# the cases attack the authentication itself.
+SASL_KINDS = {"sasl": 90, "churn": 10}
 _SIZE = struct.Struct(">i")
 _HEADER = struct.Struct(">hhih")
 REFUSED = {E.STALE_CONTROLLER_EPOCH, E.STALE_BROKER_EPOCH}
@@ -81,6 +88,12 @@ class Target:
     controller: int
     controller_epoch: int
     topics: dict[str, int]
+    security: Any = None           # the harness's settings on a secure cluster (harness/security.py)
+    credentials: tuple[str, str] | None = field(default=None, repr=False)   # SASL user, password
+
+    @property
+    def sasl(self) -> bool:
+        return self.security is not None and self.security.sasl
 
 
 @dataclass
@@ -117,6 +130,7 @@ class Report:
                 "kinds": dict(self.kinds), "outcomes": dict(self.outcomes),
                 "errors": {E.name(k): v for k, v in sorted(self.errors.items())},
                 "findings": self.findings, "crashes": sum(f["what"] == "crash" for f in self.findings),
+                "accepted": sum(f["what"] == "accepted" for f in self.findings),
                 "health_checks": self.health_checks, "peak_rss_kb": self.peak_rss_kb,
                 "log_check": self.log_check, "seconds": round(self.seconds, 1)}
 
@@ -129,11 +143,12 @@ def case_rng(seed: int, index: int) -> random.Random:
 
 def make_case(seed: int, index: int, target: Target) -> Case:
     rng = case_rng(seed, index)
-    kind = rng.choices(list(KINDS), weights=list(KINDS.values()))[0]
+    kinds = SASL_KINDS if target.sasl else KINDS
+    kind = rng.choices(list(kinds), weights=list(kinds.values()))[0]
     broker = rng.choice(target.brokers)
     return {"client": _client_case, "control": _control_case, "records": _records_case,
             "mangled": _mangled_case, "unknown": _unknown_case,
-            "churn": _churn_case}[kind](rng, index, broker, target)
+            "churn": _churn_case, "sasl": _sasl_case}[kind](rng, index, broker, target)
 
 
 def _frame(api_key: int, version: int, corr: int, body: bytes, client_id: bytes = b"fuzz") -> bytes:
@@ -272,6 +287,10 @@ def client_request(rng: random.Random, target: Target) -> tuple[int, int, Any, b
         kw = _group_request(rng, key, v, t, p, index=rng.randrange(1 << 30))
     elif key in TRANSACTION_KEYS:
         kw = _transaction_request(rng, key, v, t, p)
+    elif key == api.SASL_HANDSHAKE:   # on a listener without SASL: ILLEGAL_SASL_STATE
+        kw = {"mechanism": rng.choice(["PLAIN", "SCRAM-SHA-512", "GSSAPI", ""])}
+    elif key == api.SASL_AUTHENTICATE:
+        kw = {"auth_bytes": rng.randbytes(rng.randint(0, 64))}
     else:  # pragma: no cover - a new API needs a builder here
         raise AssertionError(f"no request builder for api key {key}")
     return key, v, req_cls(version=v, **kw), answer
@@ -517,6 +536,15 @@ def _churn_case(rng, index, broker, target) -> Case:
                 [cut], expect_answer=False, connections=rng.randint(1, 30))
 
 
+def _sasl_case(rng, index, broker, target) -> Case:
+    user, password = target.credentials
+    corr = (index * 8) & 0x7FFFFFF
+    what, frames = fuzz_sasl.attack(rng, corr, user, password)
+    chunks = _split(rng, b"".join(frames) + fuzz_sasl.probe(corr + 7))
+    return Case(index, "sasl", what, broker, chunks, api.METADATA, 1, corr + 7,
+                expect_answer=False)
+
+
 # -- sending --------------------------------------------------------------------------------
 
 def _read_exact(sock: socket.socket, n: int) -> bytes | None:
@@ -529,24 +557,50 @@ def _read_exact(sock: socket.socket, n: int) -> bytes | None:
     return buf
 
 
-def send_case(case: Case) -> tuple[str, int | None, str]:
-    """Play one case on fresh connections: (outcome, error code or None,
-    detail). Outcomes: answered, closed, silent (no answer in time),
-    malformed (an answer that does not decode), wrong-error, refused-to-connect,
-    dropped (churn)."""
+def _connect(addr: tuple[str, int], timeout: float, security: Any) -> socket.socket:
+    sock = socket.create_connection(addr, timeout=timeout)
+    if security is not None and security.tls:
+        sock = security.ssl_context().wrap_socket(sock, server_hostname=addr[0])
+    return sock
+
+
+def _sasl_outcome(sock: socket.socket, case: Case) -> tuple[str, int | None, str]:
+    """Answers may come to the attack's requests; the probe's must not."""
+    try:
+        while True:
+            size = _read_exact(sock, 4)
+            if size is None:
+                return "closed", None, ""
+            frame = _read_exact(sock, _SIZE.unpack(size)[0])
+            if frame is None:
+                return "closed", None, "mid-response"
+            if len(frame) >= 4 and _SIZE.unpack_from(frame)[0] == case.correlation_id:
+                return "accepted", None, "the probe was answered: access without a credential"
+    except socket.timeout:
+        return "silent", None, ""
+    except (ConnectionResetError, BrokenPipeError, ssl.SSLError):
+        return "closed", None, "reset"
+
+
+def send_case(case: Case, security: Any = None) -> tuple[str, int | None, str]:
+    """Play one case on fresh connections (TLS where `security` says):
+    (outcome, error code or None, detail). Outcomes: answered, closed,
+    silent (no answer in time), malformed (an answer that does not decode),
+    wrong-error, refused-to-connect, dropped (churn), accepted (a SASL
+    case's probe answered)."""
     addr = (case.broker.host, case.broker.port)
     timeout = ANSWER_TIMEOUT_S if case.expect_answer else LISTEN_S
     if case.kind == "churn":
         for _ in range(case.connections):
             try:
-                with socket.create_connection(addr, timeout=timeout) as s:
+                with _connect(addr, timeout, security) as s:
                     if case.chunks[0]:
                         s.sendall(case.chunks[0])
             except OSError as e:
                 return "refused-to-connect", None, repr(e)
         return "dropped", None, ""
     try:
-        sock = socket.create_connection(addr, timeout=ANSWER_TIMEOUT_S)
+        sock = _connect(addr, ANSWER_TIMEOUT_S, security)
     except OSError as e:
         return "refused-to-connect", None, repr(e)
     try:
@@ -555,6 +609,8 @@ def send_case(case: Case) -> tuple[str, int | None, str]:
         try:
             for chunk in case.chunks:
                 sock.sendall(chunk)
+            if case.kind == "sasl":
+                return _sasl_outcome(sock, case)
             size = _read_exact(sock, 4)
             if size is None:
                 return "closed", None, ""
@@ -564,7 +620,7 @@ def send_case(case: Case) -> tuple[str, int | None, str]:
                 return "closed", None, "mid-response"
         except socket.timeout:
             return "silent", None, ""
-        except (ConnectionResetError, BrokenPipeError):
+        except (ConnectionResetError, BrokenPipeError, ssl.SSLError):
             return "closed", None, "reset"
         if not case.expect_answer:
             return "answered", None, ""
@@ -618,12 +674,12 @@ def _first_error(body: Any) -> int:
 
 # -- health and the logs afterwards ------------------------------------------------------------
 
-def serves(broker: Broker, timeout: float = CHECK_TIMEOUT_S) -> str | None:
-    """None if a fresh client gets ApiVersions and Metadata answered in
-    time; else what went wrong."""
+def serves(broker: Broker, timeout: float = CHECK_TIMEOUT_S, security: Any = None) -> str | None:
+    """None if a fresh client (authenticated where `security` says) gets
+    ApiVersions and Metadata answered in time; else what went wrong."""
     try:
         conn = kafka_wire.KafkaConnection(broker.host, broker.port, client_id="fuzz-check",
-                                          timeout=timeout)
+                                          timeout=timeout, security=security)
     except (OSError, kafka_wire.WireError) as e:
         return f"no connection: {e}"
     try:
@@ -687,7 +743,8 @@ def run(target: Target, seed: int, cases: int, *, first: int = 0, check_every: i
             if kb:
                 report.peak_rss_kb[name] = max(report.peak_rss_kb.get(name, 0), kb)
         dead = alive()
-        trouble = [f"broker {b.id}: {why}" for b in target.brokers if (why := serves(b))]
+        trouble = [f"broker {b.id}: {why}" for b in target.brokers
+                   if (why := serves(b, security=target.security))]
         if dead or trouble:
             report.findings.append({"what": "crash" if dead else "hang", "brokers": dead,
                                     "detail": trouble, "cases": [since_check[0], upto]
@@ -698,14 +755,14 @@ def run(target: Target, seed: int, cases: int, *, first: int = 0, check_every: i
 
     for i in range(first, first + cases):
         case = make_case(seed, i, target)
-        outcome, err, detail = send_case(case)
+        outcome, err, detail = send_case(case, target.security)
         report.cases += 1
         report.kinds[case.kind] += 1
         report.outcomes[outcome] += 1
         if err is not None:
             report.errors[err] += 1
         since_check.append(i)
-        if outcome in ("malformed", "wrong-error", "refused-to-connect") or (
+        if outcome in ("malformed", "wrong-error", "refused-to-connect", "accepted") or (
                 outcome == "silent" and case.expect_answer):
             report.findings.append({"what": outcome, "case": i, "kind": case.kind,
                                     "request": case.what, "broker": case.broker.id,

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from cluster import admin
+from cluster.protocol.sasl import SECURITY_PROTOCOLS
 from harness import fuzz
 from harness.backends import BACKENDS, make_cluster
 from harness.backends.base import RUNNING, ClusterSpec
@@ -41,6 +42,9 @@ def add_parser(sub) -> None:
                    help="where the brokers run (default %(default)s: processes, lightest)")
     p.add_argument("--check-every", type=positive_int, default=200, metavar="N",
                    help="check every broker's health every N cases")
+    p.add_argument("--security", choices=SECURITY_PROTOCOLS, default="PLAINTEXT",
+                   help="the brokers' listener; with SASL the cases attack authentication "
+                        "(docs/design.md#security)")
     p.add_argument("--out", type=Path, default=Path("fuzz.json"), help="the JSON report")
     p.set_defaults(func=cmd_fuzz)
 
@@ -51,12 +55,14 @@ def read_target(zk, cluster) -> fuzz.Target:
                for b in admin.brokers(zk) if b["id"] in nodes]
     info = admin.controller_info(zk)
     topics = {t: len(admin.describe_topic(zk, t)["partitions"]) for t in TOPICS}
-    return fuzz.Target(brokers, info["id"], info["epoch"], topics)
+    security = cluster.client_security
+    credentials = (security.username, security.password()) if security and security.sasl else None
+    return fuzz.Target(brokers, info["id"], info["epoch"], topics, security, credentials)
 
 
 def cmd_fuzz(args) -> int:
     spec = ClusterSpec(name=f"fuzz-{int(time.time())}", brokers=args.brokers,
-                       broker_config=BROKER_CONFIG)
+                       broker_config=BROKER_CONFIG, security=args.security)
     cluster = make_cluster(spec, args.backend)
     print(f"fuzz: starting {args.brokers} brokers on the {cluster.backend} backend", file=sys.stderr)
     try:
@@ -96,7 +102,8 @@ def cmd_fuzz(args) -> int:
     summary = report.to_json()
     print(f"fuzz: {summary['cases']} cases in {summary['seconds']} s (seed {args.seed}): "
           f"outcomes {summary['outcomes']}, {len(summary['findings'])} findings, "
-          f"{summary['crashes']} crashes, {len(violations)} bad log entries; report {args.out}")
+          f"{summary['crashes']} crashes, {summary['accepted']} accepted without a credential, "
+          f"{len(violations)} bad log entries; report {args.out}")
     for f in summary["findings"][:10]:
         print(f"  finding: {f}")
     return EXIT_OK if not summary["findings"] and not violations else EXIT_INVALID

@@ -214,7 +214,8 @@ class StateSampler(PeriodicSampler):
             if conn is None:
                 node = self.cluster.node(name)
                 conn = self._conns[name] = kafka_wire.KafkaConnection(
-                    node.host, node.port, client_id="chaoslog-state", timeout=self.timeout_s)
+                    node.host, node.port, client_id="chaoslog-state", timeout=self.timeout_s,
+                    security=self.cluster.client_security)
             state = kafka_wire.state_window(conn)
         except Exception:  # noqa: BLE001 - down, paused, cut off, or no window here
             self.failures += 1
@@ -307,7 +308,7 @@ def _brokers_agree(cluster: Any, zk: Any, topics: set[str]) -> tuple[bool, list[
     for node in cluster.brokers():
         try:
             conn = kafka_wire.KafkaConnection(node.host, node.port, client_id="chaoslog-observer",
-                                              timeout=5)
+                                              timeout=5, security=cluster.client_security)
             try:
                 md = kafka_wire.metadata(conn, sorted(topics))
             finally:

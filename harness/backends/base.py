@@ -21,6 +21,7 @@ from typing import Any, Callable, ClassVar, TypeVar
 
 from cluster import modes
 from cluster.coordination import Coordination
+from cluster.protocol.sasl import SECURITY_PROTOCOLS
 from contracts.abilities import ProxiedLinks, ZooKeeperAccess
 from harness.zk_probe import zk_mode
 
@@ -82,12 +83,17 @@ class ClusterSpec:
     # Route broker->broker and broker->ZooKeeper links through the
     # Toxiproxy-compatible proxy so that single links can be cut or degraded.
     proxied: bool = False
+    # The built-in brokers' listener: PLAINTEXT, SSL, SASL_PLAINTEXT or
+    # SASL_SSL (harness/backends/secure_cluster.py makes what it needs).
+    security: str = "PLAINTEXT"
 
     def validate(self) -> None:
         if self.brokers < 0:  # 0: ZooKeeper alone (the `zookeeper` fixture)
             raise ClusterError(f"the number of brokers cannot be negative ({self.brokers})")
         if self.zookeepers not in (1, 3):
             raise ClusterError(f"ZooKeeper runs as 1 node or a 3-node ensemble, not {self.zookeepers}")
+        if self.security not in SECURITY_PROTOCOLS:
+            raise ClusterError(f"security {self.security!r}: use one of {', '.join(SECURITY_PROTOCOLS)}")
         if not self.name or not all(c.isalnum() or c in "-_" for c in self.name):
             raise ClusterError(f"cluster name {self.name!r}: use letters, digits, '-' and '_'")
 
@@ -115,7 +121,8 @@ class NodeInfo:
 
 
 def ask_first(addresses: list[tuple[str, str, int]], request: Callable[[Any], T],
-              timeout: float = 5.0, *, nobody: str = "no broker answers", hint: str = "") -> T:
+              timeout: float = 5.0, *, nobody: str = "no broker answers", hint: str = "",
+              security: Any = None) -> T:
     """`request(conn)` (conn: a harness.kafka_wire.KafkaConnection) on the
     first of `addresses` ((label, host, port) each) that answers: a failed
     connection or a WireError from `request` moves on to the next.
@@ -125,7 +132,7 @@ def ask_first(addresses: list[tuple[str, str, int]], request: Callable[[Any], T]
     for label, host, port in addresses:
         try:
             conn = kafka_wire.KafkaConnection(host, port, client_id="chaoslog-harness",
-                                              timeout=timeout)
+                                              timeout=timeout, security=security)
             try:
                 return request(conn)
             finally:
@@ -154,6 +161,10 @@ class Cluster(abc.ABC):
     # What the backend implements of contracts/abilities.py (ProxiedLinks:
     # when started with proxied links).
     ABILITIES: ClassVar[frozenset[type]] = frozenset()
+
+    # What the harness's own clients connect with (harness/security.py):
+    # None for a PLAINTEXT cluster.
+    client_security: Any = None
 
     def __init__(self, spec: ClusterSpec):
         spec.validate()
@@ -281,7 +292,7 @@ class Cluster(abc.ABC):
         (default: all) that answers (`ask_first`)."""
         running = [(n.name, n.host, n.port) for n in self.brokers()
                    if (names is None or n.name in names) and n.state == RUNNING and n.host]
-        return ask_first(running, request, timeout)
+        return ask_first(running, request, timeout, security=self.client_security)
 
     def kafka_metadata(self, topics: list[str] | None = None) -> Any:
         """A Metadata answer (harness.kafka_wire.ClusterMetadata) as a Kafka

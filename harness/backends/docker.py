@@ -33,6 +33,7 @@ from harness.backends.base import (
     ClusterSpec, NodeInfo, broker_id_of,
 )
 from harness.backends.links import Link, LinkTable, ProxiedLinkTable
+from harness.backends.secure_cluster import ClusterSecurity
 from harness.backends.worker import DockerWorker
 from harness.docker_engine import docker_client
 from harness.host import state_dir
@@ -88,6 +89,8 @@ class DockerCluster(Cluster, ProxiedLinkTable):
         self.containers: dict[str, object] = {}  # node name -> docker-py Container
         self.links = LinkTable()
         self.workers: list[DockerWorker] = []
+        self.security = (ClusterSecurity(spec.security, self.base_dir, check_hostname=False)
+                         if spec.security != "PLAINTEXT" else None)
 
     # --- labels --------------------------------------------------------
     def labels(self) -> dict[str, str]:
@@ -100,6 +103,9 @@ class DockerCluster(Cluster, ProxiedLinkTable):
         t0 = time.monotonic()
         tags = ensure_images()
         try:
+            if self.security is not None:
+                self.security.prepare([*self.spec.node_names(), "proxy"])
+                self.client_security = self.security.client()
             net = Network(docker_network_kw={"labels": self.labels(), "driver": "bridge"})
             net.name = self.network_name
             self.network = net.create()
@@ -110,6 +116,8 @@ class DockerCluster(Cluster, ProxiedLinkTable):
                 self._run_zookeeper(n, tags.zookeeper, zk_names)
             zkh.wait_zookeeper([(self._ip(n), ZK_PORT) for n in zk_names], START_TIMEOUT,
                                describe=self._describe_failure)
+            if self.security is not None:
+                self.security.create_users(self.zookeeper_connect)
             brokers = [n for n in self.spec.node_names() if n.startswith("broker-")]
             for n in brokers:
                 self._run_broker(n, tags.broker, zk_names)
@@ -197,6 +205,8 @@ class DockerCluster(Cluster, ProxiedLinkTable):
                     f"{broker_id_of(l.dst)}={l.address}" for l in self.links.from_node(name)
                     if l.dst.startswith("broker-"))})
             entry = ["python", "-m", "cluster.broker", "/data/server.properties"]
+        if self.security is not None:
+            values.update(self.security.broker_config(d, "/data"))
         try:
             cfg = BrokerConfig.from_dict(values)
         except ConfigError as e:
@@ -366,6 +376,9 @@ class DockerCluster(Cluster, ProxiedLinkTable):
             brokers[0].attrs["Config"]["Image"], entrypoint=["python", "-m"], command=module_argv,
             detach=True, network=self.network_name, cap_add=["NET_ADMIN"],
             name=f"{self.network_name}-worker-{name}", hostname=name,
+            # A secure cluster's CA and the harness's password file, at their host paths.
+            volumes=({str(self.security.dir): {"bind": str(self.security.dir), "mode": "ro"}}
+                     if self.security is not None else {}),
             labels={**self.labels(), reaper.NODE_LABEL: f"worker-{name}"})
         w = DockerWorker(name, c, log_path)
         self.workers.append(w)
@@ -403,7 +416,7 @@ class DockerCluster(Cluster, ProxiedLinkTable):
                           "zookeepers": self.spec.zookeepers,
                           "broker_config": self.spec.broker_config,
                           "zk_session_timeout_ms": self.spec.zk_session_timeout_ms,
-                          "proxied": self.spec.proxied},
+                          "proxied": self.spec.proxied, "security": self.spec.security},
                  "containers": {n: c.id for n, c in self.containers.items()},
                  "links": self.links.to_json()}
         path = self.state_path()
@@ -429,4 +442,6 @@ class DockerCluster(Cluster, ProxiedLinkTable):
                 c.containers[n] = c.client.containers.get(cid)
             except docker.errors.NotFound:
                 pass
+        if c.security is not None:
+            c.client_security = c.security.client()
         return c

@@ -28,6 +28,7 @@ from harness.backends.base import (
 )
 from harness.backends.links import Link, LinkTable, ProxiedLinkTable
 from harness.backends.process import LocalProcess
+from harness.backends.secure_cluster import ClusterSecurity
 from harness.backends.worker import LocalWorker
 from harness.host import free_port, state_dir
 
@@ -64,6 +65,8 @@ class LocalCluster(Cluster, ProxiedLinkTable):
         self._proxy: LocalProcess | None = None
         self.workers: list[LocalWorker] = []
         self.node_env: dict[str, dict[str, str]] = {}  # set_node_env
+        self.security = (ClusterSecurity(spec.security, self.base_dir, check_hostname=True)
+                         if spec.security != "PLAINTEXT" else None)
 
     # --- layout --------------------------------------------------------
     def data_dir(self, name: str) -> Path:
@@ -126,6 +129,8 @@ class LocalCluster(Cluster, ProxiedLinkTable):
         }
         if peers:
             values["chaoslog.peer.addresses"] = peers
+        if self.security is not None:
+            values.update(self.security.broker_config(d, str(d)))
         try:
             cfg = BrokerConfig.from_dict({k: str(v) if isinstance(v, bool) else v
                                           for k, v in values.items()})
@@ -185,6 +190,9 @@ class LocalCluster(Cluster, ProxiedLinkTable):
         t0 = time.monotonic()
         try:
             self.base_dir.mkdir(parents=True, exist_ok=True)
+            if self.security is not None:
+                self.security.prepare([])   # every address is 127.0.0.1
+                self.client_security = self.security.client()
             self._plan()
             if self.spec.proxied:
                 self._start_proxy()
@@ -197,6 +205,8 @@ class LocalCluster(Cluster, ProxiedLinkTable):
                     self.save()   # a start killed from here on leaves a state the reaper reads
             zkh.wait_zookeeper([("127.0.0.1", p) for p in self.ports.zk_client.values()],
                                START_TIMEOUT, describe=self._describe_failure)
+            if self.security is not None:
+                self.security.create_users(self.zookeeper_connect)
             for name in self.spec.node_names():
                 if name.startswith("broker-"):
                     self.procs[name] = self._write_broker(name)
@@ -324,7 +334,7 @@ class LocalCluster(Cluster, ProxiedLinkTable):
             "spec": {"name": self.spec.name, "brokers": self.spec.brokers,
                      "zookeepers": self.spec.zookeepers, "broker_config": self.spec.broker_config,
                      "zk_session_timeout_ms": self.spec.zk_session_timeout_ms,
-                     "proxied": self.spec.proxied},
+                     "proxied": self.spec.proxied, "security": self.spec.security},
             "ports": {"zk_client": self.ports.zk_client, "zk_peer": self.ports.zk_peer,
                       "broker": self.ports.broker, "proxy_api": self.ports.proxy_api},
             "procs": {n: p.to_json() for n, p in self.procs.items()},
@@ -347,4 +357,6 @@ class LocalCluster(Cluster, ProxiedLinkTable):
         c.procs = {n: LocalProcess.from_json(p) for n, p in state["procs"].items()}
         c._proxy = LocalProcess.from_json(state["proxy"]) if state.get("proxy") else None
         c.links = LinkTable.from_json(state.get("links") or {})
+        if c.security is not None:
+            c.client_security = c.security.client()
         return c
