@@ -105,20 +105,22 @@ def target_system(items: list[str]) -> tuple[str, list[str]]:
     return (systems[0] if systems else "chaoslog"), [i for i in items if "=" in i]
 
 
-def cluster_of(system: str, a: argparse.Namespace, broker_config: dict[str, str]) -> ClusterSpec:
+def cluster_of(system: str, a: argparse.Namespace, broker_config: dict[str, str],
+               client: ClientSecurity = PLAINTEXT) -> ClusterSpec:
     """The cluster spec of --target and the cluster options."""
     if system != "external" and (a.bootstrap or a.commands):
         raise Refused("--bootstrap and --commands go with --target external")
     if system == "external":
         refuse_backend(system, a.backend)   # before asking the cluster for its brokers
-        return external_spec(a, broker_config)
+        return external_spec(a, broker_config, client)
     if system == "tansu":
         from harness.backends.tansu import TansuSpec
         return TansuSpec(brokers=a.brokers, broker_config=broker_config)
     return ClusterSpec(brokers=a.brokers, zookeepers=a.zookeepers, broker_config=broker_config)
 
 
-def external_spec(a: argparse.Namespace, broker_config: dict[str, str]) -> Any:
+def external_spec(a: argparse.Namespace, broker_config: dict[str, str],
+                  client: ClientSecurity = PLAINTEXT) -> Any:
     """The external cluster of --bootstrap and --commands, its brokers listed
     by its own Metadata (so that targets can be checked now)."""
     from harness.backends.base import ClusterError, broker_id_of
@@ -129,7 +131,8 @@ def external_spec(a: argparse.Namespace, broker_config: dict[str, str]) -> Any:
         commands, per_node, proxies = load_commands(a.commands) if a.commands else ({}, {}, {})
         # With the proxy in front of every broker, the command file names them
         # (the cluster may answer only once the proxy is up, at the run's start).
-        ids = sorted(broker_id_of(n) for n in proxies) if proxies else sorted(discover(a.bootstrap))
+        ids = (sorted(broker_id_of(n) for n in proxies) if proxies
+               else sorted(discover(a.bootstrap, security=client)))
         spec = ExternalSpec(bootstrap=a.bootstrap, commands=commands, node_commands=per_node,
                             broker_ids=ids, brokers=len(ids), proxies=proxies,
                             proxied=bool(proxies), broker_config=broker_config)
@@ -355,7 +358,8 @@ def spec_of_options(a: argparse.Namespace) -> RunSpec:
                               fault_duration_s=_range(a.fault_duration, "--fault-duration"),
                               overlap=a.overlap, targets=kv_list(pins, "--target"),
                               params=params)
-    return RunSpec(cluster=cluster_of(system, a, kv_list(a.broker_config, "--broker-config")),
+    return RunSpec(cluster=cluster_of(system, a, kv_list(a.broker_config, "--broker-config"),
+                                      client),
                    backend=a.backend, replication_factor=a.replication_factor,
                    workload=workload, schedule=schedule,
                    quiet_s=replay.quiet_s if replay is not None else a.quiet,

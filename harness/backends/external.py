@@ -266,9 +266,11 @@ def load_commands(path: str | Path) -> tuple[dict[str, str], dict[str, dict[str,
              for k, v in proxies.items()})
 
 
-def discover(bootstrap: str, timeout: float = METADATA_TIMEOUT_S) -> dict[int, tuple[str, int]]:
+def discover(bootstrap: str, timeout: float = METADATA_TIMEOUT_S,
+             security: Any = None) -> dict[int, tuple[str, int]]:
     """The brokers the cluster's Metadata lists: id -> advertised (host, port),
-    asked of the bootstrap addresses in turn. ClusterError when none answers."""
+    asked of the bootstrap addresses in turn (with the run's client settings,
+    harness/security.py). ClusterError when none answers."""
     from harness import kafka_wire
 
     def brokers(conn: Any) -> dict[int, tuple[str, int]]:
@@ -279,7 +281,8 @@ def discover(bootstrap: str, timeout: float = METADATA_TIMEOUT_S) -> dict[int, t
 
     return ask_first([(f"{h}:{p}", h, p) for h, p in addresses(bootstrap)], brokers, timeout,
                      nobody="no bootstrap address answers a Kafka Metadata request",
-                     hint=": is the cluster up, and are these its client addresses?")
+                     hint=": is the cluster up, and are these its client addresses?",
+                     security=security)
 
 
 class ExternalCluster(Cluster, ProxiedLinkTable):

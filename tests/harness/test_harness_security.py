@@ -308,6 +308,21 @@ def test_run_takes_a_client_config(tmp_path, ca):
     assert run_cli.spec_of_options(args("run")).client == PLAINTEXT
 
 
+def test_an_external_cluster_is_listed_with_the_settings(tmp_path, ca, monkeypatch):
+    import harness.backends.external as external_backend
+    asked = []
+
+    def discover(bootstrap, timeout=None, security=None):
+        asked.append(security)
+        return {1: ("h", 9093), 2: ("h", 9094), 3: ("h", 9095)}
+    monkeypatch.setattr(external_backend, "discover", discover)
+    path = tmp_path / "client.properties"
+    path.write_text(f"security.protocol=SSL\nssl.ca.location={ca}\n")
+    spec = run_cli.spec_of_options(args("run", "--target", "external", "--bootstrap", "h:9093",
+                                        "--client-config", str(path)))
+    assert asked == [spec.client] == [ClientSecurity("SSL", ssl_ca_location=ca)]
+
+
 @pytest.mark.parametrize("content,message", [
     (None, "--client-config {path}: cannot read it (No such file or directory)"),
     (f"security.protocol=SASL_SSL\nsasl.username=u\nsasl.password={SECRET}\n",
