@@ -16,7 +16,9 @@ a failed test up for inspection), --chaoslog-target chaoslog|tansu (the
 clusters run tansu instead of the built-in broker; only the tests marked
 `any_target` run), --chaoslog-coordination controller|v2 (the built-in
 broker's coordination mode; with v2 only the tests marked `any_coordination`
-or `v2_only` run, and the `v2_only` ones run only then). When a test fails, every node's log is
+or `v2_only` run, and the `v2_only` ones run only then), --chaoslog-security
+PLAINTEXT|SSL|SASL_PLAINTEXT|SASL_SSL (the built-in brokers' listener; other
+than PLAINTEXT only the tests marked `any_security` run). When a test fails, every node's log is
 attached to its report. Teardown removes every container, network, process
 and file a test made, also on failure or Ctrl-C; what a killed earlier
 session left behind is reaped by label when the next session starts.
@@ -32,6 +34,7 @@ from typing import Callable
 import pytest
 
 from cluster.config import COORDINATION_MODES
+from cluster.protocol.sasl import SECURITY_PROTOCOLS
 from harness.backends import BACKENDS, default_backend, make_cluster
 
 TARGETS = ("chaoslog", "tansu")
@@ -55,6 +58,9 @@ def pytest_addoption(parser):
     group.addoption("--chaoslog-coordination", choices=COORDINATION_MODES, default="controller",
                     help="the built-in broker's coordination mode (docs/design.md#v2); with v2 "
                          "only tests marked any_coordination or v2_only run")
+    group.addoption("--chaoslog-security", choices=SECURITY_PROTOCOLS, default="PLAINTEXT",
+                    help="the built-in brokers' listener (docs/design.md#security); other than "
+                         "PLAINTEXT only tests marked any_security run")
 
 
 def pytest_configure(config):
@@ -68,6 +74,8 @@ def pytest_configure(config):
         "any_coordination: runs in either --chaoslog-coordination (the others: the controller "
         "mode only)",
         "v2_only: runs only with --chaoslog-coordination v2 (V2's own script of a scenario)",
+        "any_security: runs with any --chaoslog-security (the others: PLAINTEXT only); its "
+        "clients take the cluster's settings (Cluster.client_security)",
         "v2_fast: the five-minute V2 tier (make test-v2-fast): V2's elections, state-change "
         "queues, reassignment, preferred election and controlled shutdown under pressure",
     ):
@@ -132,6 +140,13 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "v2_only" in item.keywords:
                 item.add_marker(skip)
+    security = config.getoption("--chaoslog-security")
+    if security != "PLAINTEXT":
+        skip = pytest.mark.skip(reason=f"connects as a PLAINTEXT client; --chaoslog-security "
+                                       f"{security} runs only the tests marked any_security")
+        for item in items:
+            if "any_security" not in item.keywords:
+                item.add_marker(skip)
     backend = config.getoption("--chaoslog-backend")
     if backend == "local":
         skip = pytest.mark.skip(reason="needs the docker backend (run with --chaoslog-backend docker)")
@@ -144,10 +159,11 @@ class ClusterFactory:
     """Makes clusters and removes them when its scope ends."""
 
     def __init__(self, backend: str, keep_on_failure: bool, target: str = "chaoslog",
-                 coordination: str = "controller"):
+                 coordination: str = "controller", security: str = "PLAINTEXT"):
         self.backend = backend
         self.target = target
         self.coordination = coordination
+        self.security = security
         self.keep_on_failure = keep_on_failure
         self.clusters: list[Cluster] = []
         self.on_create: Callable[[Cluster], None] | None = None
@@ -163,6 +179,7 @@ class ClusterFactory:
         else:
             cfg = dict(broker_config or {})
             cfg.setdefault("coordination", self.coordination)
+            spec_kw.setdefault("security", self.security)
             spec = ClusterSpec(name=name, brokers=brokers, zookeepers=zookeepers,
                                broker_config=cfg, proxied=proxied, **spec_kw)
             cluster = make_cluster(spec, backend or self.backend)
@@ -194,7 +211,8 @@ class ClusterFactory:
 def _factory(request, backend: str) -> ClusterFactory:
     f = ClusterFactory(backend, request.config.getoption("--chaoslog-keep"),
                        request.config.getoption("--chaoslog-target"),
-                       request.config.getoption("--chaoslog-coordination"))
+                       request.config.getoption("--chaoslog-coordination"),
+                       request.config.getoption("--chaoslog-security"))
     node = request.node
     if isinstance(node, pytest.Item):
         f.on_create = lambda c: node.stash.setdefault(_CLUSTERS_OF_ITEM, []).append(c)

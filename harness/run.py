@@ -569,7 +569,10 @@ class Run:
                         "brokers": cluster.spec.brokers,
                         "zookeepers": cluster.spec.zookeepers,
                         "broker_config": dict(cluster.spec.broker_config),
-                        "proxied": bool(cluster.spec.proxied)},
+                        "proxied": bool(cluster.spec.proxied),
+                        "security": cluster.spec.security},
+            # What every client connected with: the password's source, never the password.
+            "client": self.security.to_json(),
             "workload": {}, "faults": [], "checks": dict(CHECKS)}
         self._write_meta(outcome="running")
 
