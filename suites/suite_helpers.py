@@ -210,7 +210,7 @@ def caught_up(cluster: Any, topics: dict[str, int]) -> bool:
         node = cluster.node(name)
         try:
             conn = kafka_wire.KafkaConnection(node.host, node.port, client_id="chaoslog-suite",
-                                              timeout=5.0)
+                                              timeout=5.0, security=cluster.client_security)
         except OSError:
             return False
         try:

@@ -112,6 +112,7 @@ def test_fixed_configuration_under_everything_at_once(workload, nemesis):
 @pytest.mark.v2_fast
 @pytest.mark.pressure
 @pytest.mark.any_coordination
+@pytest.mark.any_security
 @pytest.mark.broker_config(**SAFE, **CHURN)
 def test_fixed_configuration_under_control_plane_transitions(workload, nemesis):
     # One lane: a recipe runs lanes of its own, and two at once would aim at the same leader.

@@ -1,6 +1,7 @@
-"""Chaos on a secure cluster (docs/design.md#security): three brokers on
-SASL_SSL (TLS, SCRAM-SHA-512 between brokers and for every client of the
-harness), pressure from kills, a pause and a partition; the run must be
+"""Chaos on a secure cluster (docs/design.md#security), with
+--chaoslog-security SASL_SSL (`make test-secure`): three brokers on SASL_SSL
+(TLS, SCRAM-SHA-512 between brokers and for every client of the harness),
+pressure from kills, a pause and a partition; the run must be
 valid, and no password may be found anywhere in the run's directory or in
 the warehouse it is loaded into. The cluster's passwords are random and
 live only in files of its own directory (harness/backends/secure_cluster.py),
@@ -20,8 +21,10 @@ TOPIC = "secure"
 
 
 @pytest.fixture
-def cluster(cluster_factory):
-    return cluster_factory(brokers=3, broker_config=SAFE, security="SASL_SSL")
+def cluster(cluster_factory, pytestconfig):
+    if pytestconfig.getoption("--chaoslog-security") == "PLAINTEXT":
+        pytest.skip("a secure cluster's run: with --chaoslog-security SASL_SSL (make test-secure)")
+    return cluster_factory(brokers=3, broker_config=SAFE)
 
 
 def _passwords(cluster) -> list[str]:
@@ -61,7 +64,7 @@ def test_a_chaos_run_on_a_sasl_ssl_cluster_is_valid_and_records_no_secret(
     assert _leaks(history.run_dir, secrets) == []
     import json
     meta = json.loads((history.run_dir / "run.json").read_text())
-    assert meta["cluster"]["security"] == "SASL_SSL"
+    assert meta["cluster"]["security"] == cluster.spec.security
     assert meta["client"]["sasl.password.file"].endswith(".password")   # the source, by name
 
     from reports.warehouse import load
