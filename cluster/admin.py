@@ -168,12 +168,15 @@ def create_topic(zk: KazooClient, topic: str, partitions: int, replication_facto
 def delete_topic(zk: KazooClient, topic: str, wait: bool = False, timeout: float = 30.0,
                  mode: Coordination | None = None) -> list[int]:
     """Delete the topic (the controller: mark it for deletion). With wait,
-    return when /brokers/topics/T is gone. Returns the brokers that were
-    down and remove their replicas when they come back."""
+    return when /brokers/topics/T and its deletion mark are gone (the
+    controller removes the mark last: until then the topic cannot be created
+    again). Returns the brokers that were down and remove their replicas
+    when they come back."""
     _assignment(zk, topic)
     down = _mode(mode).delete_topic(zk, topic, timeout)
     if wait:
-        _wait(lambda: zk.exists(zkpaths.topic_path(topic)) is None, timeout,
+        _wait(lambda: (zk.exists(zkpaths.topic_path(topic)) is None
+                       and zk.exists(zkpaths.delete_topic_path(topic)) is None), timeout,
               f"topic {topic!r} still exists after {timeout}s")
     return down
 

@@ -1,12 +1,14 @@
 """A SASL_SSL cluster of three brokers with their controllers
 (docs/design.md#security): the brokers fetch from each other and the
 controller talks to them over TLS with SCRAM; unmodified clients (librdkafka,
-kafka-python, aiokafka, kcat) produce and consume with PLAIN and both SCRAM
-mechanisms; a wrong password and a request before authentication are
-refused, and the connection closed."""
+kafka-python, aiokafka, kcat, and Go's sarama with PLAIN over handshake v0)
+produce and consume with PLAIN and both SCRAM mechanisms; a wrong password
+and a request before authentication are refused, and the connection closed.
+Debian's kafka-go has no SASL: it goes through TLS to an SSL cluster."""
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import socket
 import ssl
@@ -22,9 +24,15 @@ from cluster.protocol import errors as E
 from cluster.protocol import sasl
 from cluster.security import request_frame
 from harness.certificates import make_certificates
+from test_foreign_clients_e2e import go_clients  # noqa: F401 - the session's Go build
 
 BROKER_PASSWORD = "broker-secret-1"
 ALICE_PASSWORD = "alice-secret-2"
+
+
+def _tls_config(certs) -> dict:
+    return {"ssl.keystore.location": str(certs.keystore), "ssl.truststore.location": str(certs.ca),
+            "chaoslog.controller.enable": True, "min.insync.replicas": 2}
 
 
 @pytest.fixture(scope="module")
@@ -36,13 +44,41 @@ def secure(zookeeper, tmp_path_factory):
     c = Cluster(zookeeper, base, 3, {"broker": BROKER_PASSWORD, "alice": ALICE_PASSWORD}, **{
         "security.inter.broker.protocol": "SASL_SSL",
         "sasl.inter.broker.username": "broker",
-        "sasl.inter.broker.password.file": str(base / "broker.password"),
-        "ssl.keystore.location": str(certs.keystore),
-        "ssl.truststore.location": str(certs.ca),
-        "chaoslog.controller.enable": True, "min.insync.replicas": 2})
+        "sasl.inter.broker.password.file": str(base / "broker.password"), **_tls_config(certs)})
     c.ca = str(certs.ca)
     try:
         yield c
+    finally:
+        c.close()
+
+
+def _go(binary, c, topic: str, *extra: str) -> dict:
+    admin.create_topic(c.zk, topic, 1, 3)
+    admin.wait_for_leaders(c.zk, topic, 60)
+    r = subprocess.run([str(binary), "-brokers", c.bootstrap, "-topic", topic, "-partitions", "1",
+                        "-n", "300", "-prefix", topic, "-timeout", "45s", "-ca", c.ca, *extra],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout)
+    assert out["produced"] == out["consumed"] == 300, out
+    return out
+
+
+def test_sarama_produces_and_consumes_through_sasl_ssl_with_plain(secure, go_clients, tmp_path):
+    password = tmp_path / "alice.password"
+    password.write_text(ALICE_PASSWORD)
+    _go(go_clients["sarama"], secure, "sarama-sec", "-version", "2.0.0",
+        "-sasl-user", "alice", "-sasl-password-file", str(password))
+
+
+def test_kafka_go_produces_and_consumes_through_ssl(zookeeper, tmp_path, go_clients):
+    from conftest import Cluster
+    certs = make_certificates(tmp_path / "tls", [])
+    c = Cluster(zookeeper, tmp_path, 3, None, **{"security.inter.broker.protocol": "SSL",
+                                                 **_tls_config(certs)})
+    c.ca = str(certs.ca)
+    try:
+        _go(go_clients["kafkago"], c, "kafkago-ssl")
     finally:
         c.close()
 

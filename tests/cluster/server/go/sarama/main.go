@@ -10,6 +10,8 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -59,6 +61,9 @@ func main() {
 	prefix := flag.String("prefix", "sarama", "value prefix: values are <prefix>-<i>")
 	version := flag.String("version", "2.0.0", "sarama Config.Version: 0.10.0, 0.11.0, 1.0.0 or 2.0.0")
 	timeout := flag.Duration("timeout", 60*time.Second, "for producing, and again for consuming")
+	ca := flag.String("ca", "", "TLS: the CA certificate (PEM) that signed the brokers'")
+	user := flag.String("sasl-user", "", "SASL/PLAIN (handshake v0): the user")
+	passwordFile := flag.String("sasl-password-file", "", "SASL/PLAIN: a file holding the password")
 	flag.Parse()
 	if *brokers == "" || *topic == "" || *partitions < 1 {
 		fail("-brokers, -topic and -partitions are required")
@@ -75,6 +80,28 @@ func main() {
 	cfg.ClientID = "chaoslog-sarama"
 	cfg.Metadata.Retry.Max = 10
 	cfg.Metadata.Retry.Backoff = 200 * time.Millisecond
+	if *ca != "" {
+		pem, err := os.ReadFile(*ca)
+		if err != nil {
+			fail("-ca: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			fail("-ca %s: no PEM certificate", *ca)
+		}
+		cfg.Net.TLS.Enable = true
+		cfg.Net.TLS.Config = &tls.Config{RootCAs: pool}
+	}
+	if *user != "" {
+		password, err := os.ReadFile(*passwordFile)
+		if err != nil {
+			fail("-sasl-password-file: %v", err)
+		}
+		cfg.Net.SASL.Enable = true
+		cfg.Net.SASL.Mechanism = sarama.SASLTypePlaintext
+		cfg.Net.SASL.User = *user
+		cfg.Net.SASL.Password = strings.TrimSpace(string(password))
+	}
 	cfg.Producer.RequiredAcks = sarama.WaitForAll
 	cfg.Producer.Partitioner = sarama.NewManualPartitioner
 	cfg.Producer.Return.Successes = true
