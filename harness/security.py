@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+from cluster.protocol.sasl import MECHANISMS, SECURITY_PROTOCOLS as PROTOCOLS
+
 # The keys of a client config, as Kafka's clients name them.
 KEYS = ("security.protocol", "sasl.mechanism", "sasl.username", "sasl.password.env",
         "sasl.password.file", "ssl.ca.location", "ssl.endpoint.identification.algorithm")
