@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from cluster.protocol.sasl import SECURITY_PROTOCOLS
 from faults import injectors, recipes
 from faults.injectors.base import FaultError
 from faults.nemesis import Schedule
@@ -113,10 +114,14 @@ def cluster_of(system: str, a: argparse.Namespace, broker_config: dict[str, str]
     if system == "external":
         refuse_backend(system, a.backend)   # before asking the cluster for its brokers
         return external_spec(a, broker_config, client)
+    if a.security != "PLAINTEXT" and system != "chaoslog":
+        raise Refused(f"--security makes the built-in brokers' listener; for --target {system} "
+                      f"give the clients' settings with --client-config")
     if system == "tansu":
         from harness.backends.tansu import TansuSpec
         return TansuSpec(brokers=a.brokers, broker_config=broker_config)
-    return ClusterSpec(brokers=a.brokers, zookeepers=a.zookeepers, broker_config=broker_config)
+    return ClusterSpec(brokers=a.brokers, zookeepers=a.zookeepers, broker_config=broker_config,
+                       security=a.security)
 
 
 def external_spec(a: argparse.Namespace, broker_config: dict[str, str],
@@ -169,6 +174,10 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--partitions", type=int, default=3)
     g.add_argument("--replication-factor", type=int, default=3)
     g.add_argument("--broker-config", nargs="*", metavar="KEY=VALUE", default=[])
+    g.add_argument("--security", choices=SECURITY_PROTOCOLS, default="PLAINTEXT",
+                   help="the built-in brokers' listener: with TLS and SASL the cluster makes "
+                        "its own CA and users, and every client of the run uses them "
+                        "(docs/design.md#security)")
     g.add_argument("--bootstrap", metavar="HOST:PORT,...",
                    help="with --target external: the client addresses of a cluster the "
                         "harness did not start (docs/targets.md)")
