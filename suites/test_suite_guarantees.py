@@ -734,7 +734,11 @@ def test_a_topic_created_again_does_not_get_the_deleted_topic_s_records(chaos_ru
     wait_for(lambda: zk.lai("tt", 0).leader == a, 30, f"broker {a} leading the new tt/0")
     conn = _connect_leader(run, a, "tt")
     try:
-        assert kafka_wire.produce(conn, "tt", 0, [b"new"] * 5)[0] == E.NONE
+        # A new topic's ISR may still settle (a loaded follower dropped, a
+        # leader waiting for the controller's word): retried until written
+        # (a refusal after the append leaves a copy: "new" only is what counts).
+        wait_for(lambda: kafka_wire.produce(conn, "tt", 0, [b"new"] * 5)[0] == E.NONE, 60,
+                 f"broker {a} taking writes for the new tt/0")
     finally:
         conn.close()
     killed.stop()
@@ -749,7 +753,7 @@ def test_a_topic_created_again_does_not_get_the_deleted_topic_s_records(chaos_ru
     finally:
         conn.close()
     values = [v for _o, v in got.records]
-    assert values == [b"new"] * 5 and got.high_watermark == 5, (
+    assert set(values) == {b"new"} and got.high_watermark == len(values) >= 5, (
         f"broker {d}, down while tt was deleted and created again, serves the new tt/0 as "
         f"{values} (high watermark {got.high_watermark}): the deleted topic's records came back")
 
