@@ -164,6 +164,19 @@ def _shutdown_then_new_leader_lost(rng: random.Random, k: Knobs) -> list[Part]:
             Part(new_leader_lost, "kill", rng.uniform(4.0, 8.0), "leader", lane=1)]
 
 
+def _shutdown_with_a_follower_cut_off(rng: random.Random, k: Knobs) -> list[Part]:
+    """A follower cut off from the other brokers (ZooKeeper untouched: it
+    stays registered) until it has left the ISR, then a controlled shutdown
+    of the leader; the follower's links heal while the old leader is still
+    down. The transition must reach the replica outside the ISR too: it
+    learns the new leader, catches up and rejoins."""
+    out_of_isr = k.lag_s + rng.uniform(1.0, 3.0)
+    stopped = rng.uniform(6.0, 10.0)
+    healed = out_of_isr + rng.uniform(1.0, stopped - 3.0)
+    return [Part(0.0, "partition-isolate", healed, "follower", {"among": "brokers"}, lane=0),
+            Part(out_of_isr, "stop", stopped, "leader", lane=1)]
+
+
 def _followers_down_then_leader_lost(rng: random.Random, k: Knobs) -> list[Part]:
     """Two followers down at once (the ISR shrinks to the leader), both back
     (each catches up and is added to the ISR on its own), and the leader
@@ -235,6 +248,9 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
     Recipe("shutdown-then-new-leader-lost",
            "a controlled shutdown of the leader, then its successor killed",
            _shutdown_then_new_leader_lost),
+    Recipe("shutdown-with-a-follower-cut-off",
+           "a follower cut off until it left the ISR, the leader shut down, the follower back "
+           "while it is down", _shutdown_with_a_follower_cut_off),
     Recipe("followers-down-then-leader-lost",
            "two followers down, both back, then the leader killed while they rejoin",
            _followers_down_then_leader_lost),
@@ -249,7 +265,8 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in [
            _reassignments_under_failures),
 ]}
 # The recipes about control-plane transitions (the pressure suite's own run).
-TRANSITIONS = ("shutdown-then-new-leader-lost", "followers-down-then-leader-lost",
+TRANSITIONS = ("shutdown-then-new-leader-lost", "shutdown-with-a-follower-cut-off",
+               "followers-down-then-leader-lost",
                "follower-misses-epochs", "preferred-while-catching-up",
                "reassignments-under-failures")
 

@@ -161,6 +161,12 @@ def test_control_plane_recipes_aim_later_failures_at_what_the_transition_produce
             "stop", "leader", "kill", "leader")
         assert stop.at_s < kill.at_s < end(stop) and stop.lane != kill.lane  # the successor
 
+        cut, stop = sorted(one("shutdown-with-a-follower-cut-off", seed), key=lambda s: s.at_s)
+        assert (cut.fault, cut.target, cut.params, stop.fault, stop.target) == (
+            "partition-isolate", "follower", {"among": "brokers"}, "stop", "leader")
+        assert stop.at_s >= 10                               # the follower left the ISR first
+        assert stop.at_s < end(cut) < end(stop)              # back while the old leader is down
+
         steps = one("followers-down-then-leader-lost", seed)
         followers = [s for s in steps if s.target == "follower"]
         [leader] = [s for s in steps if s.target == "leader"]
