@@ -13,6 +13,7 @@ HTTP/1.0 keep-alive), request bodies by Content-Length or chunked encoding,
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -152,6 +153,26 @@ async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> b
     return await reader.readexactly(int(length))
 
 
+def browser_refusal(request: Request) -> str | None:
+    """Why a request that a web browser made is refused, if it is one. The
+    API has no authentication: its guard is that only processes of this
+    machine reach it (README.md, "Control surfaces"). A page in a browser
+    here could still send it requests; browsers name the page's origin
+    (Origin), and a page that rebinds its own name to 127.0.0.1 sends that
+    name as Host. The harness's clients send neither: no Origin, and an
+    address or localhost as Host."""
+    if "origin" in request.headers:
+        return "requests from web pages (an Origin header) are refused"
+    host = request.headers.get("host", "")
+    name = host[1:host.find("]")] if host.startswith("[") else host.rsplit(":", 1)[0]
+    if name and name != "localhost":
+        try:
+            ipaddress.ip_address(name)
+        except ValueError:
+            return f"Host {name!r} is not an address or localhost (a rebound name?)"
+    return None
+
+
 async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                            handler: Handler) -> None:
     """Answer requests on one connection until the client or an error ends it."""
@@ -165,7 +186,9 @@ async def serve_connection(reader: asyncio.StreamReader, writer: asyncio.StreamW
                 return
             if request is None:
                 return
-            response = await handler(request)
+            refused = browser_refusal(request)
+            response = (Response.text(403, f"{refused}\n") if refused
+                        else await handler(request))
             keep = request.keep_alive
             writer.write(response.encode(keep_alive=keep))
             await writer.drain()

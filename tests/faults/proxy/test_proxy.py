@@ -568,8 +568,8 @@ def test_api_errors(api, echo, proxy_port):
 def test_api_keep_alive_and_content_length(server):
     """Two pipelined requests on one connection, each answer framed by
     Content-Length, then Connection: close ends it."""
-    request = b"GET /version HTTP/1.1\r\nHost: x\r\n\r\n"
-    closing_request = b"GET /proxies HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    request = b"GET /version HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    closing_request = b"GET /proxies HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
     with closing(socket.create_connection(("127.0.0.1", server.port), timeout=IO_TIMEOUT)) as s:
         s.sendall(request + closing_request)
         stream = s.makefile("rb")
@@ -667,3 +667,19 @@ def test_python_m_faults_proxy_serves_until_sigterm():
             process.wait()
         process.stdout.close()
         process.stderr.close()
+
+
+@pytest.mark.parametrize("headers", [{"Origin": "http://evil.example"},
+                                     {"Origin": "null"},
+                                     {"Host": "rebound.example:8474"}])
+def test_requests_a_web_page_makes_are_refused(api, headers):
+    response = requests.post(f"{api}/proxies", json={
+        "name": "web", "listen": "127.0.0.1:0", "upstream": "127.0.0.1:9"}, headers=headers)
+    assert response.status_code == 403, response.text
+    assert requests.get(f"{api}/proxies").json() == {}    # nothing was made
+
+
+def test_clients_naming_an_address_or_localhost_are_served(api):
+    port = api.rsplit(":", 1)[1]
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", "[::1]:8474", "172.18.0.5"):
+        assert requests.get(f"{api}/proxies", headers={"Host": host}).status_code == 200, host
