@@ -12,6 +12,7 @@ import json
 import sys
 
 from cluster.config import BrokerConfig, ConfigError
+from cluster.protocol.sasl import SECURITY_PROTOCOLS
 from harness.backends import BACKENDS, attach, make_cluster, registered
 from harness.backends.base import ClusterError, ClusterSpec
 from reports.exit_codes import EXIT_OK
@@ -52,6 +53,9 @@ def add_parser(sub) -> None:
     up.add_argument("--proxied", action="store_true",
                     help="route every link through the proxy (local backend)")
     up.add_argument("--broker-config", nargs="*", metavar="KEY=VALUE")
+    up.add_argument("--security", choices=SECURITY_PROTOCOLS, default="PLAINTEXT",
+                    help="the brokers' listener; with TLS or SASL the cluster makes its CA and "
+                         "users, and `client` in the output says how to connect (docs/targets.md)")
     up.set_defaults(func=cmd_up)
 
     for action in ("status", "down"):
@@ -77,7 +81,7 @@ def cmd_up(args) -> int:
     except ConfigError as e:
         raise ClusterError(f"broker config: {e}") from None
     spec = ClusterSpec(name=args.name, brokers=args.brokers, zookeepers=args.zookeepers,
-                       broker_config=broker_config, proxied=args.proxied)
+                       broker_config=broker_config, proxied=args.proxied, security=args.security)
     cluster = make_cluster(spec, args.backend, persistent=True)
     print(f"starting {args.brokers} brokers and {args.zookeepers} ZooKeeper "
           f"on the {cluster.backend} backend...", file=sys.stderr)

@@ -350,10 +350,13 @@ class Cluster(abc.ABC):
         return [n for n in self.nodes() if n.kind == BROKER]
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.spec.name, "backend": self.backend, "system": self.system,
-                "bootstrap_servers": self.bootstrap_servers,
-                "zookeeper": self.zookeeper_connect,
-                "nodes": {n.name: n.to_json() for n in self.nodes()}}
+        out = {"name": self.spec.name, "backend": self.backend, "system": self.system,
+               "bootstrap_servers": self.bootstrap_servers,
+               "zookeeper": self.zookeeper_connect,
+               "nodes": {n.name: n.to_json() for n in self.nodes()}}
+        if self.client_security is not None:   # how to connect: the password's file, not it
+            out["client"] = self.client_security.to_json()
+        return out
 
     def __enter__(self) -> "Cluster":
         self.start()

@@ -363,11 +363,13 @@ class ExternalCluster(Cluster, ProxiedLinkTable):
     def _discover(self) -> dict[int, tuple[str, int]]:
         """discover(), waiting a while when the proxy has just come up: a
         cluster that reaches itself through it answers Metadata only then."""
+        security = self.client_security
         if not self.spec.proxies:
-            return discover(self.spec.bootstrap)
-        found = wait_until(lambda: discover(self.spec.bootstrap), REGISTER_TIMEOUT_S, 0.5,
-                           retry_on=(ClusterError,))
-        return found or discover(self.spec.bootstrap)   # the last try's error, if none
+            return discover(self.spec.bootstrap, security=security)
+        found = wait_until(lambda: discover(self.spec.bootstrap, security=security),
+                           REGISTER_TIMEOUT_S, 0.5, retry_on=(ClusterError,))
+        # the last try's error, if none
+        return found or discover(self.spec.bootstrap, security=security)
 
     def _check_advertised(self) -> None:
         """Clients go where Metadata sends them: through the proxy only if each

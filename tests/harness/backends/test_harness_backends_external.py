@@ -228,6 +228,48 @@ def test_a_run_against_a_cluster_started_elsewhere(separate_cluster, tmp_path):
     assert oracles["epoch-regression"].startswith("no input")
 
 
+def test_a_run_against_a_sasl_ssl_cluster_started_elsewhere(tmp_path):
+    """A secure cluster (`cluster up --security SASL_SSL`, another process)
+    says how to connect; the user writes that into a client config, and the
+    external run's every client (and the harness's own requests) connect
+    with it: the run is valid, and its records name the password's file,
+    never the password."""
+    from harness.cli import build_parser
+    from harness.run import execute
+    from harness.run_cli import spec_from_args
+    name = f"extsec{os.getpid()}"
+    up = subprocess.run([CHAOSLOG, "cluster", "up", "--backend", "local", "--name", name,
+                         "--security", "SASL_SSL"], capture_output=True, text=True, timeout=180)
+    if up.returncode != 0:
+        pytest.skip(f"no local backend here: {up.stderr.strip()[-300:]}")
+    try:
+        described = json.loads(up.stdout)
+        client = described["client"]
+        password = Path(client["sasl.password.file"]).read_text()
+        config = tmp_path / "client.properties"
+        config.write_text("".join(f"{k}={v}\n" for k, v in client.items()))
+        commands = tmp_path / "commands.toml"
+        commands.write_text(f'kill = "{CHAOSLOG} cluster kill {{node}} --name {name}"\n'
+                            f'start = "{CHAOSLOG} cluster start {{node}} --name {name}"\n')
+        args = build_parser().parse_args([
+            "run", "--target", "external", "--bootstrap",
+            described["bootstrap_servers"].split(",")[0], "--commands", str(commands),
+            "--client-config", str(config), "--faults", "kill", "--duration", "14",
+            "--interval", "2,3", "--fault-duration", "3,4", "--seed", "1", "--quiet", "3",
+            "--rate", "40", "--producers", "1", "--out", str(tmp_path / "run")])
+        result = execute(replace(spec_from_args(args), checker="reference"), log=lambda m: None)
+        assert result.exit_code == 0, result.outcome
+        assert result.verdict.summary["counts"]["acknowledged"] > 100
+        meta = json.loads((tmp_path / "run" / "run.json").read_text())
+        assert meta["client"]["security.protocol"] == "SASL_SSL"
+        leaks = [p for p in (tmp_path / "run").rglob("*")
+                 if p.is_file() and password.encode() in p.read_bytes()]
+        assert leaks == []
+    finally:
+        subprocess.run([CHAOSLOG, "cluster", "down", "--name", name], capture_output=True,
+                       timeout=120)
+
+
 @pytest.fixture
 def advertised_through_a_port(tmp_path):
     """A one-broker built-in cluster started elsewhere whose broker
