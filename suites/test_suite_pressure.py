@@ -12,10 +12,10 @@ docs/design.md#guarantees is checked: by the clients' history and by what the
 harness observed of the cluster (ZooKeeper samples, each broker's Metadata,
 the replicas' own files).
 
-The control-plane transitions run leads `pytest suites` (marked `lead`);
-the others run right after the smoke tier (suites/conftest.py orders them,
-this file's order within): with it they catch most broker bugs within 5
-minutes (bench/mutation/). The seed of each run is fixed so a
+The control-plane transitions run comes first among them (marked `lead`),
+right after the smoke tier (suites/conftest.py orders them, this file's
+order within): with it they catch most broker bugs within 5 minutes
+(bench/mutation/). The seed of each run is fixed so a
 failure replays; CHAOSLOG_PRESSURE_SEED draws another search.
 """
 from __future__ import annotations
