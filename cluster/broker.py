@@ -9,9 +9,11 @@ Startup (docs/design.md#broker-startup, as Kafka 0.8 did it):
      while it was down, maybe created again), HW =
      min(checkpointed HW, LEO); replicas then wait for the controller's
      LeaderAndIsr to become leader or follower;
-  4. start the socket server, start the coordination mode's component (the
-     controller component; in V2 its coordinator, docs/design.md#v2-broker,
-     which keeps every replica in step 3 and starts them itself), THEN register
+  4. start the socket server (on a TLS or SASL listener with its security,
+     the users read from ZooKeeper first: docs/design.md#security), start the
+     coordination mode's component (the controller component; in V2 its
+     coordinator, docs/design.md#v2-broker, which keeps every replica in
+     step 3 and starts them itself), THEN register
      the ephemeral /brokers/ids/<id> (so the controller only sees brokers
      that can serve). Until the controller's first UpdateMetadata the broker
      does not know the cluster and closes connections asking for Metadata.
