@@ -69,6 +69,7 @@ class _Txn:
 
     status: str
     commit_invoked: int | None
+    commit_time: int | None     # the `time` of that invocation
     end: tuple
     sends: list
 
@@ -370,6 +371,9 @@ class _Pass:
                 commit_invoked=min((o.inv_index for o in ends
                                     if o.intent == transactions.COMMIT and o.inv_index is not None),
                                    default=None),
+                commit_time=min((o.inv_time for o in ends
+                                 if o.intent == transactions.COMMIT and o.inv_index is not None),
+                                default=None),
                 end=(_last_index(last), last.comp_time if last.comp_index is not None else last.inv_time,
                      last.op, last.process),
                 sends=sorted(sends, key=_invoked_order))
@@ -741,9 +745,11 @@ def aborted_txn_read(a: Analysis) -> list[dict]:
 
 def precommitted_read(a: Analysis) -> list[dict]:
     """The first read at read_committed of (value, offset) completed before
-    the value's transaction invoked its commit."""
+    the value's transaction invoked its commit, by more than the receipt
+    skew between workers (transactions.RECEIPT_SKEW_NS)."""
     return [{**inst, "commit_index": txn.commit_invoked} for inst, txn in _txn_reads(a)
-            if txn.commit_invoked is not None and inst["index"] < txn.commit_invoked]
+            if txn.commit_invoked is not None
+            and inst["time"] < txn.commit_time - transactions.RECEIPT_SKEW_NS]
 
 
 def torn_txn(a: Analysis) -> list[dict]:

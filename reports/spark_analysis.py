@@ -204,8 +204,8 @@ class Txns(NamedTuple):
     """The fact `transactions`, of the batch's transactional runs."""
 
     tagged: DataFrame     # per op carrying them: txn, intent, rc (read_committed), src_* (cached)
-    sends: DataFrame      # each send of a transaction: its op, txn, status, commit_index (cached)
-    ends: DataFrame       # per (run, txn) that sent something: status, commit_index, `end` witness
+    sends: DataFrame      # each send of a transaction: its op, txn, status, commit_index and commit_time (cached)
+    ends: DataFrame       # per (run, txn) that sent something: status, commit_index, commit_time, `end` witness
     rc_pairs: DataFrame   # per (partition, offset, value) read at read_committed: its first read (cached)
 
 
@@ -1132,20 +1132,23 @@ def _transactions(a: SparkAnalysis) -> Txns | None:
         F.max((commit & (c("outcome") == T_OK)).cast("int")).alias("committed"),
         F.max((commit & (c("outcome").isNull() | (c("outcome") == T_INFO))).cast("int")).alias("unknown"),
         F.min(F.when(commit, c("inv_index"))).alias("commit_index"),
+        F.min(F.when(commit, c("inv_time"))).alias("commit_time"),
         F.max(1 - c("is_end")).alias("sent"),
         F.max(F.struct(F.coalesce("comp_index", "inv_index").alias("index"),
                        F.when(done, c("comp_time")).otherwise(c("inv_time")).alias("time"),
                        "op", "process")).alias("end"),
     ).filter(c("sent") == 1).select(
-        "run", "txn", "commit_index", "end",
+        "run", "txn", "commit_index", "commit_time", "end",
         F.when(c("committed") == 1, txns.COMMITTED).when(c("unknown") == 1, txns.UNKNOWN)
         .otherwise(txns.ABORTED).alias("status"))
-    sends = a.jobs.persist(in_txn.join(ends.select("run", "txn", "status", "commit_index"), ["run", "txn"]))
+    sends = a.jobs.persist(in_txn.join(ends.select("run", "txn", "status", "commit_index",
+                                                   "commit_time"), ["run", "txn"]))
     rc_ops = (tagged.filter(c("rc") == 1).select("run", "op")
               .unionByName(a.ops.filter(mine & (c("fn") == F_POLL) & (c("final") == 1)).select("run", "op"))
               .distinct())
     rc_pairs = a.jobs.persist(a.reads.join(rc_ops, ["run", "op"]).groupBy("run", "tp", "offset", "value")
-                              .agg(F.min("index").alias("read_index")))
+                              .agg(F.min("index").alias("read_index"),
+                                   F.min("time").alias("read_time")))
     return Txns(tagged, sends, ends, rc_pairs)
 
 
@@ -1664,7 +1667,8 @@ def _txn_reads(a: SparkAnalysis, kind: str, cond, extra: tuple[str, ...] = ()) -
     if t is None:
         return {}
     keys = ["run", "tp", "value"]
-    sent = t.sends.select(*keys, "txn", c("op").alias("send_op"), "status", "commit_index")
+    sent = t.sends.select(*keys, "txn", c("op").alias("send_op"), "status", "commit_index",
+                          "commit_time")
     flagged = t.rc_pairs.join(sent, keys).filter(cond).withColumn("idx", c("read_index"))
     n = _count(a, flagged, kind)
     if not n:
@@ -1688,7 +1692,9 @@ def aborted_txn_read(a: SparkAnalysis) -> dict[int, Found]:
 def precommitted_read(a: SparkAnalysis) -> dict[int, Found]:
     from pyspark.sql import functions as F
 
-    return _txn_reads(a, "precommitted-read", F.col("read_index") < F.col("commit_index"),
+    # Completed before the commit was invoked, by more than the receipt skew.
+    return _txn_reads(a, "precommitted-read",
+                      F.col("read_time") < F.col("commit_time") - txns.RECEIPT_SKEW_NS,
                       ("commit_index",))
 
 

@@ -19,6 +19,12 @@ from __future__ import annotations
 COMMITTED, ABORTED, UNKNOWN = "committed", "aborted", "unknown"
 READ_COMMITTED = "read_committed"
 COMMIT = "commit"  # a txn op's intent that commits
+# The harness times events when it receives them, and the lines of
+# different workers arrive by different streams (pipes; the docker backend's
+# log streams): under load one worker's event may be received after another
+# worker's that it preceded. A read counts as precommitted only when it
+# completed this long before the commit was invoked.
+RECEIPT_SKEW_NS = 1_000_000_000
 
 # The transaction types (reports/registry.py) that need a consume-transform-produce pipeline.
 PIPELINE_TYPES = ("eos-missing", "eos-duplicate")
