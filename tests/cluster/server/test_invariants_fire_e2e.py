@@ -139,7 +139,10 @@ def _assert_ran_from(tree: Path, tmp_path: Path, mutation: tuple[str, str, str])
 # -- sampling with the harness's samplers ---------------------------------------------------------
 
 class _Brokers:
-    """What StateSampler asks of a harness cluster: its node names and addresses."""
+    """What StateSampler asks of a harness cluster: its node names and
+    addresses, and how to connect (plaintext)."""
+
+    client_security = None
 
     def __init__(self, c):
         self.c = c

@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from broker_cluster import AckedProducer, wait_until
+from broker_cluster import AckedProducer, Cluster, wait_until
 from cluster import admin
 from cluster.protocol import errors as E
 from cluster.protocol import sasl
@@ -37,7 +37,6 @@ def _tls_config(certs) -> dict:
 
 @pytest.fixture(scope="module")
 def secure(zookeeper, tmp_path_factory):
-    from conftest import Cluster
     base = tmp_path_factory.mktemp("secure")
     certs = make_certificates(base / "tls", [])
     (base / "broker.password").write_text(BROKER_PASSWORD)
@@ -72,7 +71,6 @@ def test_sarama_produces_and_consumes_through_sasl_ssl_with_plain(secure, go_cli
 
 
 def test_kafka_go_produces_and_consumes_through_ssl(zookeeper, tmp_path, go_clients):
-    from conftest import Cluster
     certs = make_certificates(tmp_path / "tls", [])
     c = Cluster(zookeeper, tmp_path, 3, None, **{"security.inter.broker.protocol": "SSL",
                                                  **_tls_config(certs)})
