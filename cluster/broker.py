@@ -53,7 +53,7 @@ log = logging.getLogger("cluster.broker")
 class Broker:
     def __init__(self, cfg: BrokerConfig):
         self.cfg = cfg
-        self.server_ssl = cfg.security.server_ssl_context()   # cfg.security: ConfigError when unusable
+        self.server_ssl = cfg.security.server_ssl   # cfg.security: ConfigError when unusable
         self.broker_id = cfg.broker_id
         self.log_dir = Path(cfg["log.dirs"].split(",")[0])
         self.coordination = modes.of(cfg["coordination"])   # the mode, chosen here once

@@ -16,6 +16,7 @@ wait for no one during it: they close the connection.
 from __future__ import annotations
 
 import logging
+import struct
 from typing import Any
 
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
@@ -29,7 +30,12 @@ from cluster.server.sasl import PLAIN, AuthenticationError, Lookup, PlainServer,
 log = logging.getLogger(__name__)
 
 MAX_RECEIVE_BYTES = 512 * 1024
+_KEY = struct.Struct(">h")
 PASS = object()    # not the authenticator's request: KafkaApis serves it
+
+
+def _api_key(frame) -> int | None:
+    return _KEY.unpack_from(frame)[0] if len(frame) >= 2 else None
 
 
 class FinalResponse(bytes):
@@ -70,6 +76,8 @@ class SaslAuthenticator:
         """bytes or a FinalResponse to send, CLOSE, or PASS for KafkaApis."""
         if self.raw:
             return self._raw_token(bytes(frame))
+        if self.authenticated and _api_key(frame) not in api.SASL_APIS:
+            return PASS   # the hot path: KafkaApis parses the header itself
         try:
             hdr = parse_request_header(frame)
         except ProtocolError:

@@ -40,7 +40,7 @@ from cluster.log.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from cluster.log.errors import CorruptRecordError, InvalidOffsetError
 from cluster.protocol import api
 from cluster.protocol import errors as E
-from cluster.security import PLAINTEXT, BrokerSecurity
+from cluster.security import PLAINTEXT, BrokerSecurity, request_frame
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,6 @@ FETCH_VERSION = 9
 OFFSET_FOR_LEADER_EPOCH_VERSION = 2
 
 _SIZE = struct.Struct(">i")
-_HDR = struct.Struct(">hhih")
 
 
 class BrokerConnection:
@@ -67,8 +66,13 @@ class BrokerConnection:
         self._corr = itertools.count(1)
 
     async def connect(self) -> None:
-        self._reader, self._writer = await self.security.connect_async(
-            self.host, self.port, self.client_id, self.timeout_s)
+        self._reader, self._writer = await self.security.open_async(self.host, self.port,
+                                                                    self.timeout_s)
+        try:
+            await self.security.authenticate_async(self.request)
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def connected(self) -> bool:
@@ -77,8 +81,7 @@ class BrokerConnection:
     async def request(self, api_key: int, version: int, body: bytes) -> bytes:
         """Send one request, return the response body (after the correlation id)."""
         corr = next(self._corr) & 0x7FFFFFFF
-        header = _HDR.pack(api_key, version, corr, len(self.client_id)) + self.client_id
-        self._writer.write(_SIZE.pack(len(header) + len(body)) + header + body)
+        self._writer.write(request_frame(api_key, version, corr, self.client_id, body))
         await self._writer.drain()
 
         async def read():

@@ -40,7 +40,7 @@ def test_the_password_file_is_read_once_and_never_shown(tmp_path, certs):
     assert "s3cret-value" not in repr(security) and "s3cret-value" not in cfg.render()
     pw.write_text("changed")
     assert cfg.security.password == "s3cret-value"          # made once, at startup
-    assert security.server_ssl_context() is not None and security.client_ssl_context() is not None
+    assert security.server_ssl is not None and security.client_ssl is not None
 
 
 @pytest.mark.parametrize("what, message", [("missing", "No such file"), ("empty", "is empty"),
@@ -60,4 +60,4 @@ def test_unreadable_files_are_refused_with_the_key(tmp_path, certs, what, messag
 def test_plaintext_needs_nothing():
     security = BrokerConfig.from_dict({}).security
     assert security.protocol == "PLAINTEXT" and not security.sasl and not security.password
-    assert security.server_ssl_context() is None and security.client_ssl_context() is None
+    assert security.server_ssl is None and security.client_ssl is None

@@ -22,7 +22,7 @@ from broker_cluster import AckedProducer, Cluster, wait_until
 from cluster import admin
 from cluster.protocol import errors as E
 from cluster.protocol import sasl
-from cluster.security import request_frame
+from cluster.security import socket_roundtrip
 from harness.certificates import make_certificates
 from test_foreign_clients_e2e import go_clients  # noqa: F401 - the session's Go build
 
@@ -94,22 +94,7 @@ def _tls(c) -> socket.socket:
 
 
 def _roundtrip(s: socket.socket):
-    corr = iter(range(1, 1000))
-
-    def send(api_key, version, body):
-        s.sendall(request_frame(api_key, version, next(corr), b"test", body))
-        head = s.recv(4)
-        if len(head) < 4:
-            raise ConnectionError("closed")
-        (n,) = struct.unpack(">i", head)
-        data = b""
-        while len(data) < n:
-            chunk = s.recv(n - len(data))
-            if not chunk:
-                raise ConnectionError("closed")
-            data += chunk
-        return data[4:]
-    return send
+    return socket_roundtrip(s, b"test")
 
 
 def _closed(s: socket.socket) -> bool:
